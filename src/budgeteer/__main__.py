@@ -1,0 +1,5 @@
+"""``python -m budgeteer`` runs the CLI."""
+
+from budgeteer.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Benchmark workloads (generators) shared by ``budgeteer bench`` and ``benchmarks/``."""

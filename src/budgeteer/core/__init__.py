@@ -1,0 +1,35 @@
+"""The pure decision core: ``plan_cycle(snapshot, policy) -> Plan``."""
+
+from budgeteer.core.cycle import plan_cycle
+from budgeteer.core.outcomes import (
+    Admission,
+    BudgetProjection,
+    DependencyFailure,
+    Hold,
+    HoldReason,
+    Placement,
+    Plan,
+    SolverReport,
+    Variant,
+    WakeOn,
+)
+from budgeteer.core.policy import Policy, SolverChoice
+from budgeteer.core.snapshot import Allocation, Snapshot
+
+__all__ = [
+    "Admission",
+    "Allocation",
+    "BudgetProjection",
+    "DependencyFailure",
+    "Hold",
+    "HoldReason",
+    "Placement",
+    "Plan",
+    "Policy",
+    "Snapshot",
+    "SolverChoice",
+    "SolverReport",
+    "Variant",
+    "WakeOn",
+    "plan_cycle",
+]

@@ -1,0 +1,146 @@
+"""Step 4 — admit: money. A job is admitted only if, for every budget covering it, accrued +
+committed + already-admitted + its own expected cost stays within what its tier may use.
+
+Jobs are considered in queue order; a job that does not fit does not block later, smaller jobs
+(backfill). Before holding a job, cheaper plans are tried: its front already starts with the
+cheapest placement that meets the deadline (spot, cheaper GPUs, fewer workers), and if that does
+not fit either, the incremental variant when the job offers one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from budgeteer.core.candidates import Candidates, Front
+from budgeteer.core.outcomes import Hold, HoldReason, WakeOn
+from budgeteer.core.snapshot import Snapshot
+from budgeteer.domain.budget import Budget
+from budgeteer.domain.job import Job
+from budgeteer.domain.tier import Tier
+
+
+@dataclass(slots=True)
+class BudgetTally:
+    """A budget's running totals during one admission pass (local to the pass)."""
+
+    budget: Budget
+    start: datetime
+    end: datetime
+    accrued_usd: Decimal
+    committed_usd: float
+    planned_usd: float = 0.0
+    held: int = 0
+    tiers: set[Tier] = field(default_factory=set)
+
+    @property
+    def base_usd(self) -> float:
+        """Accrued plus committed: spend the plan cannot change."""
+        return float(self.accrued_usd) + self.committed_usd
+
+    def room_usd(self, tier: Tier) -> float:
+        """What admissions of ``tier`` may still add."""
+        return float(self.budget.allowance_usd(tier)) - self.base_usd - self.planned_usd
+
+
+def budget_tallies(snapshot: Snapshot) -> dict[str, BudgetTally]:
+    """Each budget's current period, accrued spend and committed cost, before planning."""
+    jobs = {j.id: j for j in snapshot.jobs}
+    tallies: dict[str, BudgetTally] = {}
+    for budget in snapshot.budgets:
+        start, end = budget.period.window(snapshot.now)
+        accrued = sum(
+            (r.amount_usd for r in snapshot.spend
+             if start <= r.at < end and budget.scope.covers(r.team, r.project)),
+            Decimal(0),
+        )
+        committed = sum(
+            a.committed_usd for a in snapshot.running
+            if (j := jobs.get(a.job_id)) is not None and budget.covers(j)
+        )
+        tallies[budget.id] = BudgetTally(budget, start, end, accrued, committed)
+    return tallies
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A job admitted with the variant (front) it will run and the cost it reserved."""
+
+    job: Job
+    front: Front
+    reserved_usd: float
+    budget_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPass:
+    """The outcome of the admission pass."""
+
+    admitted: tuple[Admitted, ...]
+    holds: tuple[Hold, ...]
+
+
+def admit(
+    ordered: Sequence[Job],
+    candidates: Mapping[str, Candidates],
+    tallies: Mapping[str, BudgetTally],
+) -> AdmissionPass:
+    """Walk the queue in order and admit what the budgets allow (``tallies`` are updated)."""
+    admitted: list[Admitted] = []
+    holds: list[Hold] = []
+    for job in ordered:
+        cands = candidates[job.id]
+        if cands.infeasible is not None:
+            holds.append(Hold(job.id, job.tier, HoldReason.INFEASIBLE, cands.infeasible,
+                              (WakeOn.OFFERINGS_CHANGED, WakeOn.PRICE_DROP), None, cands.details))
+            continue
+        covering = [t for t in tallies.values() if t.budget.covers(job)]
+        options = [f for f in (cands.full, cands.incremental) if f is not None and f.size]
+        chosen = next(
+            (f for f in options
+             if all(float(f.cost_usd[0]) <= t.room_usd(job.tier) + 1e-9 for t in covering)),
+            None,
+        )
+        if chosen is None:
+            hold = _budget_hold(job, options, covering)
+            holds.append(hold)
+            for t in covering:
+                t.held += t.budget.id in hold_budgets(hold)
+            continue
+        cost = float(chosen.cost_usd[0])
+        for t in covering:
+            t.planned_usd += cost
+            t.tiers.add(job.tier)
+        admitted.append(Admitted(job, chosen, cost, tuple(t.budget.id for t in covering)))
+    return AdmissionPass(tuple(admitted), tuple(holds))
+
+
+def hold_budgets(hold: Hold) -> tuple[str, ...]:
+    """The budgets that blocked a budget hold (from its details)."""
+    return tuple(v for k, v in hold.details if k == "blocking_budget")
+
+
+def _budget_hold(job: Job, options: Sequence[Front], covering: Sequence[BudgetTally]) -> Hold:
+    cheapest = min(options, key=lambda f: float(f.cost_usd[0]))
+    cost = float(cheapest.cost_usd[0])
+    blocking = [t for t in covering if cost > t.room_usd(job.tier) + 1e-9]
+    tight = min(blocking, key=lambda t: t.room_usd(job.tier) - cost)
+    allowance = tight.budget.allowance_usd(job.tier)
+    share = tight.budget.threshold(job.tier)
+    projected = tight.base_usd + tight.planned_usd
+    message = (
+        f"{job.tier.name} may bring budget {tight.budget.id} to ${allowance:,.2f} "
+        f"({share:.0%} of ${tight.budget.limit_usd:,.2f}); projected ${projected:,.2f} + "
+        f"cheapest plan ${cost:,.2f} ({cheapest.variant.value}) = ${projected + cost:,.2f}"
+    )
+    return Hold(
+        job.id, job.tier, HoldReason.BUDGET, message,
+        (WakeOn.BUDGET_PERIOD_RESET, WakeOn.PRICE_DROP, WakeOn.BUDGET_CHANGED),
+        min(t.end for t in blocking),
+        (("budget_id", tight.budget.id),
+         *(("blocking_budget", t.budget.id) for t in blocking), ("allowance_usd", f"{allowance:.2f}"),
+         ("projected_usd", f"{projected:.2f}"), ("cheapest_plan_usd", f"{cost:.2f}"),
+         ("cheapest_variant", cheapest.variant.value)),
+    )

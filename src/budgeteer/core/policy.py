@@ -1,0 +1,43 @@
+"""Scheduling policy: the knobs of the decision core, as one frozen record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class SolverChoice(StrEnum):
+    """How placements are chosen jointly: ``auto`` uses the MILP when the problem is small
+    enough and the greedy fallback otherwise; ``milp`` and ``greedy`` force one."""
+
+    AUTO = "auto"
+    MILP = "milp"
+    GREEDY = "greedy"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Everything the core's decisions depend on besides the snapshot.
+
+    Multi-GPU scaling: each doubling of GPUs inside one instance keeps
+    ``intra_node_efficiency_per_doubling`` of linear speed-up; each doubling of instances keeps
+    ``inter_node_efficiency_per_doubling``. Spot plans must meet the deadline with
+    ``spot_deadline_sigmas`` standard deviations of runtime to spare, and are not considered when
+    expected preemption overhead would inflate runtime by more than ``max_spot_inflation``.
+    """
+
+    intra_node_efficiency_per_doubling: float = 0.97
+    inter_node_efficiency_per_doubling: float = 0.90
+    spot_deadline_sigmas: float = 1.0
+    max_spot_inflation: float = 1.5
+    fair_share_half_life_seconds: float = 7 * 24 * 3600.0
+    team_weights: tuple[tuple[str, float], ...] = ()
+    starvation_seconds: float = 24 * 3600.0
+    max_front: int = 6
+    solver: SolverChoice = SolverChoice.AUTO
+    milp_max_variables: int = 4000
+    milp_time_limit_seconds: float = 2.0
+
+    def team_weight(self, team: str) -> float:
+        """The fair-share weight of ``team`` (1.0 unless configured)."""
+        return dict(self.team_weights).get(team, 1.0)

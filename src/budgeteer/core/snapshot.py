@@ -1,0 +1,40 @@
+"""The frozen input of one scheduling cycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from budgeteer.catalog.egress import EgressTable
+from budgeteer.domain.budget import Budget, SpendRecord
+from budgeteer.domain.job import Job
+from budgeteer.domain.offering import Offering
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Compute a running job holds now, and what it is still expected to cost."""
+
+    job_id: str
+    offering_id: str
+    instances: int
+    committed_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one planning cycle reads, frozen: the clock reading included.
+
+    ``jobs`` holds every job the cycle may need: pending ones to plan, running ones (for
+    budgets and fair share) and finished ones that others depend on. ``spend`` is the accrued
+    ledger (at least the current periods and the fair-share half-life window).
+    """
+
+    now: datetime
+    jobs: tuple[Job, ...]
+    offerings: tuple[Offering, ...]
+    throughput: tuple[tuple[str, float], ...]
+    egress: EgressTable
+    budgets: tuple[Budget, ...] = ()
+    spend: tuple[SpendRecord, ...] = ()
+    running: tuple[Allocation, ...] = ()

@@ -1,0 +1,155 @@
+"""Jobs as the decision core sees them: the validated spec plus its state in the queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from budgeteer.domain.tier import Tier
+
+
+class JobState(StrEnum):
+    """Lifecycle states (the transition table itself lives with the service)."""
+
+    SUBMITTED = "submitted"
+    WAITING = "waiting"
+    QUEUED = "queued"
+    HELD = "held"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    PREEMPTED = "preempted"
+    RECOVERING = "recovering"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEPENDENCY_FAILED = "dependency_failed"
+    STOPPED_EARLY = "stopped_early"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the job can never run again."""
+        return self in _TERMINAL
+
+    @property
+    def is_pending(self) -> bool:
+        """True while the job waits for the scheduler to admit and place it."""
+        return self in _PENDING
+
+    @property
+    def is_active(self) -> bool:
+        """True while the job holds (or is acquiring) compute."""
+        return self in _ACTIVE
+
+
+_TERMINAL = frozenset(
+    {
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.DEPENDENCY_FAILED,
+        JobState.STOPPED_EARLY,
+    }
+)
+_PENDING = frozenset({JobState.SUBMITTED, JobState.WAITING, JobState.QUEUED, JobState.HELD})
+_ACTIVE = frozenset(
+    {
+        JobState.PROVISIONING,
+        JobState.RUNNING,
+        JobState.CHECKPOINTING,
+        JobState.PREEMPTED,
+        JobState.RECOVERING,
+    }
+)
+
+
+class DependencyCondition(StrEnum):
+    """When a dependency is satisfied: Slurm's afterok / afterany / afternotok."""
+
+    SUCCESS = "success"
+    ANY = "any"
+    FAILURE = "failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """This job may start only once job ``job`` (an id) ended as ``on`` requires."""
+
+    job: str
+    on: DependencyCondition = DependencyCondition.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What one worker needs and how many workers the job can use.
+
+    ``accelerators`` lists acceptable accelerator families (empty = any GPU in the catalog); a
+    family name also matches its variants (``A100`` matches ``A100-80GB``).
+    """
+
+    accelerators: tuple[str, ...] = ()
+    min_gpu_memory_gib: float = 0.0
+    gpus_per_worker: int = 1
+    min_workers: int = 1
+    max_workers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """How much training a job needs.
+
+    Either ``reference_hours`` (A100-40GB GPU-hours) or ``steps`` with measured
+    ``steps_per_hour_on`` (steps per hour of *one worker* on each named accelerator).
+    """
+
+    reference_hours: float | None = None
+    steps: int | None = None
+    steps_per_hour_on: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpotSettings:
+    """Whether the job may run on spot capacity, and after how many preemptions it stops trying."""
+
+    allowed: bool = True
+    max_preemptions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DataSource:
+    """Where the job's training data lives (``provider/region``) and how big it is."""
+
+    location: str
+    size_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A retraining job in the queue (or finished), as the decision core reads it.
+
+    ``deadline`` is absolute (an ``sla`` was resolved at submission). ``seq`` is the submission
+    sequence number: the last tie-breaker of every ordering. ``budget_usd`` caps this run's
+    expected cost. ``incremental_reference_hours`` is the cheaper incremental-training variant's
+    work, when the job offers one.
+    """
+
+    id: str
+    name: str
+    team: str
+    tier: Tier
+    resources: Resources
+    work: Work
+    submitted_at: datetime
+    seq: int
+    state: JobState = JobState.QUEUED
+    project: str | None = None
+    deadline: datetime | None = None
+    budget_usd: float | None = None
+    depends_on: tuple[Dependency, ...] = ()
+    spot: SpotSettings = field(default_factory=SpotSettings)
+    incremental_reference_hours: float | None = None
+    data: DataSource | None = None
+    checkpoint_interval_seconds: float = 1800.0
+    restart_overhead_seconds: float = 300.0
+    command: tuple[str, ...] = ()

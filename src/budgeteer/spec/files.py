@@ -1,0 +1,138 @@
+"""Read job and budget files (YAML or JSON) with every problem named by file and field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from budgeteer.domain.budget import Budget, SpendRecord
+from budgeteer.domain.job import Job
+from budgeteer.errors import SpecError, SpecErrors
+from budgeteer.spec.errors import spec_errors
+from budgeteer.spec.budget import BudgetSpec, SpendSpec, budget_from_spec, spend_from_spec
+from budgeteer.spec.job import JobSpec, jobs_from_specs
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """Safe YAML loading with YAML 1.2 booleans: only true/false are booleans.
+
+    Plain PyYAML follows YAML 1.1, where ``on``/``off``/``yes``/``no`` are booleans, which would
+    turn the job spec's ``depends_on: [{job: a, on: success}]`` key into ``True``.
+    """
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "tTfF":
+    _Yaml12Loader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0,
+        (
+            "tag:yaml.org,2002:bool",
+            re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        ),
+    )
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML text safely with YAML 1.2 booleans."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_document(path: Path) -> Any:
+    """Parse a YAML or JSON file (by suffix; YAML otherwise), with a size limit."""
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SpecError("(file)", f"cannot read: {exc.strerror}", source) from None
+    if size > MAX_FILE_BYTES:
+        raise SpecError("(file)", f"larger than {MAX_FILE_BYTES} bytes", source)
+    text = path.read_text(encoding="utf-8", errors="strict")
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return parse_yaml(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SpecError("(file)", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}",
+                        source) from None
+
+
+def _items(doc: Any, key: str, source: str) -> list[Any]:
+    if isinstance(doc, dict) and set(doc) <= {key}:
+        doc = doc.get(key, [])
+    if not isinstance(doc, list):
+        raise SpecError(key, f"expected a list of {key} (or a mapping with a '{key}' list)",
+                        source)
+    return doc
+
+
+def load_jobs_file(path: Path, *, now: datetime, known_accelerators: Sequence[str]) -> list[Job]:
+    """Jobs from a file holding a list of job specs (or ``{jobs: [...]}``), submitted at ``now``."""
+    source = str(path)
+    items = _items(read_document(path), "jobs", source)
+    specs: list[JobSpec] = []
+    errors: list[SpecError] = []
+    for i, item in enumerate(items):
+        try:
+            specs.append(JobSpec.parse(item, source, prefix=f"jobs[{i}]"))
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise SpecErrors(errors)
+    return jobs_from_specs(specs, now=now, known_accelerators=known_accelerators, source=source)
+
+
+def load_budgets_file(path: Path) -> tuple[list[Budget], list[SpendRecord]]:
+    """Budgets and already-accrued spend from ``{budgets: [...], spend: [...]}``."""
+    source = str(path)
+    doc = read_document(path)
+    if not isinstance(doc, dict) or not set(doc) <= {"budgets", "spend"}:
+        raise SpecError("(root)", "expected a mapping with 'budgets' and optional 'spend'",
+                        source)
+    raw_budgets = doc.get("budgets") or []
+    raw_spend = doc.get("spend") or []
+    errors: list[SpecError] = []
+    budgets: list[Budget] = []
+    spend: list[SpendRecord] = []
+    if not isinstance(raw_budgets, list):
+        raise SpecError("budgets", "expected a list", source)
+    if not isinstance(raw_spend, list):
+        raise SpecError("spend", "expected a list", source)
+    seen: set[str] = set()
+    for i, item in enumerate(raw_budgets):
+        try:
+            budget = budget_from_spec(BudgetSpec.parse(item, source, prefix=f"budgets[{i}]"))
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+            continue
+        if budget.id in seen:
+            errors.append(SpecError(f"budgets[{i}].id", f"duplicate budget id {budget.id!r}",
+                                    source))
+        seen.add(budget.id)
+        budgets.append(budget)
+    for i, item in enumerate(raw_spend):
+        try:
+            spend.append(spend_from_spec(_parse_spend(item, source, i)))
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise SpecErrors(errors)
+    return budgets, spend
+
+
+def _parse_spend(item: Any, source: str, index: int) -> SpendSpec:
+    try:
+        return SpendSpec.model_validate(item)
+    except ValidationError as exc:
+        raise spec_errors(exc, source, prefix=f"spend[{index}]") from None

@@ -1,0 +1,351 @@
+"""The job spec: the public contract orchestrators send (YAML or JSON), and its conversion.
+
+Documented field by field in ``docs/job-spec.md``. Unknown fields are rejected, so a typo never
+silently turns into a default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from budgeteer.domain.job import (
+    DataSource,
+    Dependency,
+    DependencyCondition,
+    Job,
+    Resources,
+    SpotSettings,
+    Work,
+)
+from budgeteer.domain.tier import Tier
+from budgeteer.core.ready import find_cycle
+from budgeteer.errors import CycleError, SpecError, SpecErrors
+from budgeteer.spec.errors import spec_errors
+
+Name = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", strip_whitespace=True)
+]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
+                       r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``"4h"``, ``"90m"``, ``"1d12h"``, ``"2h30m"``; raises ``ValueError`` otherwise."""
+    match = _DURATION.match(text)
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ValueError(f"expected a duration like '4h', '90m' or '1d12h', got {text!r}")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    delta = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if delta <= timedelta(0):
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return delta
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkersSpec(_Strict):
+    """Elastic worker range: the scheduler picks a count in ``[min, max]``."""
+
+    min: Annotated[int, Field(ge=1, le=1024)] = 1
+    max: Annotated[int, Field(ge=1, le=1024)] = 1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WorkersSpec:
+        if self.max < self.min:
+            raise ValueError("max must be at least min")
+        return self
+
+
+class ResourcesSpec(_Strict):
+    """What each worker needs."""
+
+    accelerators: list[Name] = Field(default_factory=list, max_length=32)
+    min_gpu_memory_gib: NonNegativeFloat = 0.0
+    gpus_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
+    workers: WorkersSpec | Annotated[int, Field(ge=1, le=1024)] = Field(
+        default_factory=WorkersSpec
+    )
+
+
+class WorkSpec(_Strict):
+    """Either ``reference_hours`` (A100-40GB GPU-hours) or ``steps`` with measured rates."""
+
+    reference_hours: PositiveFloat | None = None
+    steps: Annotated[int, Field(gt=0)] | None = None
+    steps_per_hour_on: dict[Name, PositiveFloat] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WorkSpec:
+        if self.reference_hours is None and self.steps is None:
+            raise ValueError("give reference_hours, or steps with steps_per_hour_on")
+        if self.reference_hours is not None and self.steps is not None:
+            raise ValueError("give reference_hours or steps, not both")
+        if self.steps is not None and not self.steps_per_hour_on:
+            raise ValueError("steps needs steps_per_hour_on (steps per hour of one worker)")
+        return self
+
+
+class DependencySpec(_Strict):
+    """Start only after ``job`` ended with ``on``: success (afterok), any, failure (afternotok)."""
+
+    job: Name
+    on: Literal["success", "any", "failure"] = "success"
+
+
+class SpotSpec(_Strict):
+    """Spot eligibility and the preemption count after which the job goes on-demand."""
+
+    allowed: bool = True
+    max_preemptions: Annotated[int, Field(ge=0, le=1000)] | None = None
+
+
+class StrategySpec(_Strict):
+    """A full and a cheaper incremental variant of the same retrain (reference hours each)."""
+
+    full_reference_hours: PositiveFloat
+    incremental_reference_hours: PositiveFloat
+
+    @model_validator(mode="after")
+    def _cheaper(self) -> StrategySpec:
+        if self.incremental_reference_hours >= self.full_reference_hours:
+            raise ValueError("incremental_reference_hours must be below full_reference_hours")
+        return self
+
+
+class DataSpec(_Strict):
+    """Where the training data lives (``provider/region``) and its size, for egress pricing."""
+
+    location: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")]
+    size_gb: NonNegativeFloat
+
+
+class CheckpointSpec(_Strict):
+    """How often the job checkpoints, and how long a restart from a checkpoint takes."""
+
+    interval_minutes: Annotated[float, Field(gt=0, le=24 * 60)] = 30.0
+    restart_overhead_minutes: Annotated[float, Field(ge=0, le=24 * 60)] = 5.0
+
+
+class JobSpec(_Strict):
+    """A retraining request. See ``docs/job-spec.md`` for every field."""
+
+    name: Name
+    team: Name
+    project: Name | None = None
+    priority: Literal["P0", "P1", "P2", "P3"] = "P2"
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    work: WorkSpec | None = None
+    deadline: AwareDatetime | None = None
+    sla: str | None = None
+    budget_usd: Annotated[Decimal, Field(gt=0, allow_inf_nan=False, max_digits=18)] | None = None
+    depends_on: list[DependencySpec] = Field(default_factory=list, max_length=256)
+    spot: SpotSpec = Field(default_factory=SpotSpec)
+    strategy: StrategySpec | None = None
+    data: DataSpec | None = None
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=list, max_length=1024
+    )
+
+    @field_validator("sla")
+    @classmethod
+    def _sla(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if self.deadline is not None and self.sla is not None:
+            raise ValueError("give deadline or sla, not both")
+        if self.work is None and self.strategy is None:
+            raise ValueError("give work (or strategy with full_reference_hours)")
+        return self
+
+    @classmethod
+    def parse(cls, data: Any, source: str | None = None, prefix: str = "") -> JobSpec:
+        """Validate raw data (a mapping from YAML/JSON); raises :class:`SpecErrors`."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise spec_errors(exc, source, prefix) from None
+
+
+def resolve_accelerator(name: str, known: Iterable[str]) -> str | None:
+    """The catalog spelling of ``name`` if it names a known accelerator family, else ``None``."""
+    lowered = name.lower()
+    for candidate in known:
+        if candidate.lower() == lowered:
+            return candidate
+    for candidate in known:
+        if candidate.lower().startswith(lowered + "-"):
+            return candidate[: len(name)]
+    return None
+
+
+def _accelerators(
+    names: Sequence[str], known: Sequence[str], field: str, source: str | None
+) -> tuple[str, ...]:
+    out = []
+    for i, name in enumerate(names):
+        resolved = resolve_accelerator(name, known)
+        if resolved is None:
+            raise SpecError(
+                f"{field}[{i}]" if field.endswith("accelerators") else f"{field}.{name}",
+                f"unknown accelerator {name!r}; known: {', '.join(sorted(known))}",
+                source,
+            )
+        out.append(resolved)
+    return tuple(out)
+
+
+def job_from_spec(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    now: datetime,
+    seq: int,
+    known_accelerators: Sequence[str],
+    dependency_ids: Mapping[str, str] | None = None,
+    source: str | None = None,
+    prefix: str = "",
+) -> Job:
+    """Turn a validated spec into a domain :class:`Job` submitted at ``now``.
+
+    Checks what needs context: accelerators known to the catalog, the deadline not in the past,
+    dependencies resolvable (``dependency_ids`` maps a referenced name to its job id).
+    """
+    p = f"{prefix}." if prefix else ""
+    res = spec.resources
+    workers = res.workers if isinstance(res.workers, WorkersSpec) else WorkersSpec(
+        min=res.workers, max=res.workers
+    )
+    accelerators = _accelerators(res.accelerators, known_accelerators,
+                                 f"{p}resources.accelerators", source)
+    deadline = _deadline(spec, now, p, source)
+    work = _work(spec, known_accelerators, p, source)
+    deps = []
+    for k, dep in enumerate(spec.depends_on):
+        target = (dependency_ids or {}).get(dep.job)
+        if target is None:
+            raise SpecError(f"{p}depends_on[{k}].job", f"unknown job {dep.job!r}", source)
+        if target == job_id:
+            raise SpecError(f"{p}depends_on[{k}].job", "a job cannot depend on itself", source)
+        deps.append(Dependency(job=target, on=DependencyCondition(dep.on)))
+    return Job(
+        id=job_id,
+        name=spec.name,
+        team=spec.team,
+        project=spec.project,
+        tier=Tier.parse(spec.priority),
+        resources=Resources(
+            accelerators=accelerators,
+            min_gpu_memory_gib=res.min_gpu_memory_gib,
+            gpus_per_worker=res.gpus_per_worker,
+            min_workers=workers.min,
+            max_workers=workers.max,
+        ),
+        work=work,
+        submitted_at=now,
+        seq=seq,
+        deadline=deadline,
+        budget_usd=float(spec.budget_usd) if spec.budget_usd is not None else None,
+        depends_on=tuple(deps),
+        spot=SpotSettings(allowed=spec.spot.allowed, max_preemptions=spec.spot.max_preemptions),
+        incremental_reference_hours=(
+            spec.strategy.incremental_reference_hours if spec.strategy else None
+        ),
+        data=DataSource(spec.data.location, spec.data.size_gb) if spec.data else None,
+        checkpoint_interval_seconds=spec.checkpoint.interval_minutes * 60.0,
+        restart_overhead_seconds=spec.checkpoint.restart_overhead_minutes * 60.0,
+        command=tuple(spec.command),
+    )
+
+
+def _deadline(spec: JobSpec, now: datetime, p: str, source: str | None) -> datetime | None:
+    if spec.sla is not None:
+        return now + parse_duration(spec.sla)
+    if spec.deadline is not None and spec.deadline <= now:
+        raise SpecError(
+            f"{p}deadline",
+            f"is in the past ({spec.deadline.isoformat()} is not after {now.isoformat()})",
+            source,
+        )
+    return spec.deadline
+
+
+def _work(spec: JobSpec, known: Sequence[str], p: str, source: str | None) -> Work:
+    if spec.work is None:
+        assert spec.strategy is not None  # guaranteed by JobSpec._consistent
+        return Work(reference_hours=spec.strategy.full_reference_hours)
+    if spec.strategy is not None and spec.work.reference_hours is not None and (
+        spec.work.reference_hours != spec.strategy.full_reference_hours
+    ):
+        raise SpecError(
+            f"{p}strategy.full_reference_hours", "must equal work.reference_hours", source
+        )
+    rates = spec.work.steps_per_hour_on or {}
+    names = _accelerators(list(rates), known, f"{p}work.steps_per_hour_on", source)
+    return Work(
+        reference_hours=spec.work.reference_hours,
+        steps=spec.work.steps,
+        steps_per_hour_on=tuple(zip(names, rates.values(), strict=True)),
+    )
+
+
+def jobs_from_specs(
+    specs: Sequence[JobSpec],
+    *,
+    now: datetime,
+    known_accelerators: Sequence[str],
+    existing: Mapping[str, str] | None = None,
+    first_seq: int = 0,
+    source: str | None = None,
+) -> list[Job]:
+    """Convert a batch (a file, a pipeline) of specs; names are the job ids within the batch.
+
+    Dependencies may name a job of the batch or an ``existing`` job (name → id). Duplicate
+    names and dependency cycles are rejected, the cycle named. Every error found is reported.
+    """
+    errors: list[SpecError] = []
+    ids: dict[str, str] = dict(existing or {})
+    for i, spec in enumerate(specs):
+        if spec.name in ids and spec.name not in (existing or {}):
+            errors.append(SpecError(f"jobs[{i}].name", f"duplicate job name {spec.name!r}", source))
+        ids[spec.name] = spec.name
+    jobs: list[Job] = []
+    for i, spec in enumerate(specs):
+        try:
+            jobs.append(
+                job_from_spec(spec, job_id=spec.name, now=now, seq=first_seq + i,
+                              known_accelerators=known_accelerators, dependency_ids=ids,
+                              source=source, prefix=f"jobs[{i}]")
+            )
+        except SpecError as exc:
+            errors.append(exc)
+    if errors:
+        raise SpecErrors(errors)
+    cycle = find_cycle({job.id: [d.job for d in job.depends_on] for job in jobs})
+    if cycle:
+        raise CycleError(cycle, source)
+    return jobs
