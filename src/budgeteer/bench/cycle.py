@@ -56,13 +56,18 @@ def _offerings(catalog: Catalog, count: int, rng: np.random.Generator) -> tuple[
     return tuple(picked)
 
 
-def _template(rng: np.random.Generator) -> Resources:
-    families = _FAMILIES[int(rng.integers(len(_FAMILIES)))]
-    k = int(rng.choice([1, 1, 1, 2, 4, 8]))
-    lo = int(rng.choice([1, 1, 2]))
-    hi = lo * int(rng.choice([1, 1, 2, 4]))
-    mem = float(rng.choice([0, 0, 16, 24, 40]))
-    return Resources(families, mem, k, lo, hi)
+def _template(rng: np.random.Generator, offerings: tuple[Offering, ...]) -> Resources:
+    """A resource shape that at least one offering can serve."""
+    while True:
+        families = _FAMILIES[int(rng.integers(len(_FAMILIES)))]
+        k = int(rng.choice([1, 1, 1, 2, 4, 8]))
+        lo = int(rng.choice([1, 1, 2]))
+        hi = lo * int(rng.choice([1, 1, 2, 4]))
+        mem = float(rng.choice([0, 0, 16, 24, 40]))
+        if any(o.accelerators_per_instance >= k and o.gpu_memory_gib >= mem
+               and (not families or o.accelerator.split("-")[0] in families)
+               for o in offerings):
+            return Resources(families, mem, k, lo, hi)
 
 
 def generate_snapshot(jobs: int, offerings: int, teams: int = 8, seed: int = 0) -> Snapshot:
@@ -71,7 +76,7 @@ def generate_snapshot(jobs: int, offerings: int, teams: int = 8, seed: int = 0) 
     catalog = load_catalog()
     offers = _offerings(catalog, offerings, rng)
     team_names = [f"team-{i:02d}" for i in range(teams)]
-    templates = [(_template(rng), bool(rng.random() < 0.8)) for _ in range(40)]
+    templates = [(_template(rng, offers), bool(rng.random() < 0.8)) for _ in range(40)]
     weights = 1.0 / np.arange(1, teams + 1)
     weights /= weights.sum()
     out: list[Job] = []
@@ -101,7 +106,7 @@ def generate_snapshot(jobs: int, offerings: int, teams: int = 8, seed: int = 0) 
         expected_by_team[team] += work * 1.2
     budgets, spend = [], []
     for team in team_names:
-        limit = Decimal(int(expected_by_team[team] * 1.3 + 100))
+        limit = Decimal(int(expected_by_team[team] * 2.5 + 100))
         budgets.append(Budget(f"{team}-monthly", Scope(ScopeKind.TEAM, team), limit,
                               emergency_reserve_usd=limit / 10))
         spent = limit * Decimal(str(round(float(rng.uniform(0.3, 0.6)), 2)))

@@ -43,6 +43,7 @@ class Configs:
     interruptions_per_hour: FloatArray
     venue: tuple[str, ...]
     accelerator: tuple[str, ...]
+    limited: BoolArray
 
     def __len__(self) -> int:
         return len(self.offering)
@@ -125,7 +126,8 @@ def build_configs(
     if not rows:
         empty_f = np.zeros(0)
         empty_i = np.zeros(0, dtype=np.int64)
-        return Configs(empty_i, empty_i, empty_i, empty_f, empty_f, empty_f, empty_f, (), ())
+        return Configs(empty_i, empty_i, empty_i, empty_f, empty_f, empty_f, empty_f, (), (),
+                       np.zeros(0, dtype=bool))
     idx, w_, n_, used, pph, start, lam, venue, acc = zip(*rows, strict=True)
     workers = np.array(w_, dtype=np.int64)
     instances = np.array(n_, dtype=np.int64)
@@ -141,13 +143,15 @@ def build_configs(
         interruptions_per_hour=np.array(lam),
         venue=tuple(venue),
         accelerator=tuple(acc),
+        limited=np.array([offerings[i].max_instances is not None for i in idx], dtype=bool),
     )
 
 
 def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) -> Configs:
     """Drop placements dominated for every job: no cheaper, no faster, no steadier for any work,
     checkpoint interval or restart overhead. Only placements with equal egress (same venue) and,
-    for jobs with measured per-accelerator rates, equal accelerator are compared."""
+    for jobs with measured per-accelerator rates, equal accelerator are compared; a placement on
+    a capacity-limited offering never dominates (it may be full)."""
     m = len(configs)
     if m <= 1:
         return configs
@@ -168,7 +172,9 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
         le = (d[:, None, :] <= d[None, :, :] + 1e-12).all(axis=2)  # le[a, b]: a ≤ b everywhere
         lt = (d[:, None, :] < d[None, :, :] - 1e-12).any(axis=2)
         earlier = np.arange(len(g))[:, None] < np.arange(len(g))[None, :]
-        dominated = (le & (lt | earlier)).any(axis=0)
+        # a placement on capacity-limited offering may be full: it dominates nothing
+        unlimited = ~configs.limited[g][:, None]
+        dominated = (le & (lt | earlier) & unlimited).any(axis=0)
         keep[g[dominated]] = False
     sel = np.flatnonzero(keep)
     return Configs(
@@ -181,6 +187,7 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
         interruptions_per_hour=configs.interruptions_per_hour[sel],
         venue=tuple(configs.venue[i] for i in sel),
         accelerator=tuple(configs.accelerator[i] for i in sel),
+        limited=configs.limited[sel],
     )
 
 
@@ -271,8 +278,10 @@ def _front(
     masked = np.where(feasible, cost, math.inf)
     order = np.argsort(masked, axis=1, kind="stable")
     f_sorted = np.take_along_axis(np.where(feasible, finish, math.inf), order, axis=1)
+    # only a cheaper point on an unlimited offering rules a point out: a limited one may be full
+    f_unlimited = np.where(configs.limited[order], math.inf, f_sorted)
     prev_best = np.minimum.accumulate(
-        np.concatenate([np.full((shape[0], 1), math.inf), f_sorted[:, :-1]], axis=1), axis=1
+        np.concatenate([np.full((shape[0], 1), math.inf), f_unlimited[:, :-1]], axis=1), axis=1
     )
     on_front = np.isfinite(f_sorted) & (f_sorted < prev_best)
     keep = on_front & (np.cumsum(on_front, axis=1) <= policy.max_front)
