@@ -25,11 +25,13 @@ from budgeteer.domain.tier import Tier
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 THROUGHPUT = (("T4", 0.25), ("A100", 1.0), ("H100", 3.0), ("L4", 0.4))
-EGRESS = EgressTable((
-    EgressRate("aws", "internet", 0, None, 0.09),
-    EgressRate("aws", "inter_region", 0, None, 0.02),
-    EgressRate("gcp", "internet", 0, None, 0.12),
-))
+EGRESS = EgressTable(
+    (
+        EgressRate("aws", "internet", 0, None, 0.09),
+        EgressRate("aws", "inter_region", 0, None, 0.02),
+        EgressRate("gcp", "internet", 0, None, 0.12),
+    )
+)
 
 
 def make_offering(
@@ -48,11 +50,21 @@ def make_offering(
 ) -> Offering:
     """An offering; its id is ``name`` so tests can refer to it."""
     return Offering(
-        id=name, provider=provider, region=region, zones=(), instance_type=f"{name}.type",
-        accelerator=accelerator, accelerators_per_instance=gpus, vcpus=8, memory_gib=64,
-        gpu_memory_gib=gpu_memory_gib, market=market,
-        price=Price(price, "test", NOW), interruption_per_hour=interruption_per_hour,
-        startup_seconds=startup_seconds, max_instances=max_instances,
+        id=name,
+        provider=provider,
+        region=region,
+        zones=(),
+        instance_type=f"{name}.type",
+        accelerator=accelerator,
+        accelerators_per_instance=gpus,
+        vcpus=8,
+        memory_gib=64,
+        gpu_memory_gib=gpu_memory_gib,
+        market=market,
+        price=Price(price, "test", NOW),
+        interruption_per_hour=interruption_per_hour,
+        startup_seconds=startup_seconds,
+        max_instances=max_instances,
     )
 
 
@@ -81,16 +93,24 @@ def make_job(
 ) -> Job:
     """A job with reference-hours work; deadlines are relative to ``NOW``."""
     return Job(
-        id=name, name=name, team=team, tier=tier, project=project,
+        id=name,
+        name=name,
+        team=team,
+        tier=tier,
+        project=project,
         resources=Resources(accelerators, min_gpu_memory_gib, gpus_per_worker, *workers),
         work=Work(reference_hours=hours),
-        submitted_at=NOW - timedelta(hours=submitted_hours_ago), seq=seq, state=state,
+        submitted_at=NOW - timedelta(hours=submitted_hours_ago),
+        seq=seq,
+        state=state,
         deadline=NOW + timedelta(hours=deadline_hours) if deadline_hours is not None else None,
         budget_usd=budget_usd,
         depends_on=tuple(Dependency(j, DependencyCondition(on)) for j, on in depends_on),
-        spot=SpotSettings(allowed=spot), incremental_reference_hours=incremental_hours,
+        spot=SpotSettings(allowed=spot),
+        incremental_reference_hours=incremental_hours,
         data=DataSource(*data) if data else None,
-        checkpoint_interval_seconds=checkpoint_seconds, restart_overhead_seconds=restart_seconds,
+        checkpoint_interval_seconds=checkpoint_seconds,
+        restart_overhead_seconds=restart_seconds,
     )
 
 
@@ -104,8 +124,13 @@ def make_budget(
 ) -> Budget:
     """A monthly budget for ``team`` (organisation-wide when ``team`` is None)."""
     scope = Scope(ScopeKind.TEAM, team) if team else Scope(ScopeKind.ORGANISATION, "acme")
-    return Budget(name, scope, Decimal(limit), Period(timezone=timezone),
-                  emergency_reserve_usd=Decimal(reserve))
+    return Budget(
+        name,
+        scope,
+        Decimal(limit),
+        Period(timezone=timezone),
+        emergency_reserve_usd=Decimal(reserve),
+    )
 
 
 def spent(team: str, amount: str, hours_ago: float = 1.0) -> SpendRecord:
@@ -123,9 +148,13 @@ def make_snapshot(
 ) -> Snapshot:
     """A snapshot at ``NOW`` over the given records (one A100 offering by default)."""
     snap = Snapshot(
-        now=NOW, jobs=tuple(jobs),
+        now=NOW,
+        jobs=tuple(jobs),
         offerings=tuple(offerings if offerings is not None else [make_offering()]),
-        throughput=THROUGHPUT, egress=EGRESS, budgets=tuple(budgets), spend=tuple(spend),
+        throughput=THROUGHPUT,
+        egress=EGRESS,
+        budgets=tuple(budgets),
+        spend=tuple(spend),
         running=tuple(running),
     )
     return dataclasses.replace(snap, **changes) if changes else snap

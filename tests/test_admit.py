@@ -5,12 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from builders import make_budget, make_job, make_offering, make_snapshot, spent
 
 from budgeteer.core import Allocation, HoldReason, WakeOn, plan_cycle
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
+from builders import make_budget, make_job, make_offering, make_snapshot, spent
 
 # One A100 on-demand at $10/h: a job of N reference hours costs $10·N.
 OFFER = [make_offering(price=10.0)]
@@ -19,31 +19,37 @@ OFFER = [make_offering(price=10.0)]
 @pytest.mark.parametrize(
     ("tier", "spent_usd", "admitted"),
     [
-        (Tier.P3, "590", True),   # 590 + 100 = 690 ≤ 700 (70%)
+        (Tier.P3, "590", True),  # 590 + 100 = 690 ≤ 700 (70%)
         (Tier.P3, "610", False),  # 710 > 700
-        (Tier.P2, "690", True),   # 790 ≤ 800
+        (Tier.P2, "690", True),  # 790 ≤ 800
         (Tier.P2, "710", False),
-        (Tier.P1, "840", True),   # 940 ≤ 950
+        (Tier.P1, "840", True),  # 940 ≤ 950
         (Tier.P1, "860", False),
-        (Tier.P0, "890", True),   # 990 ≤ 1000
+        (Tier.P0, "890", True),  # 990 ≤ 1000
         (Tier.P0, "910", False),  # no reserve configured
     ],
 )
 def test_tier_thresholds(tier: Tier, spent_usd: str, admitted: bool) -> None:
-    snap = make_snapshot([make_job(tier=tier, hours=10)], OFFER, [make_budget()],
-                         [spent("growth", spent_usd)])
+    snap = make_snapshot(
+        [make_job(tier=tier, hours=10)], OFFER, [make_budget()], [spent("growth", spent_usd)]
+    )
     plan = plan_cycle(snap)
     assert bool(plan.admissions) is admitted
     if not admitted:
         hold = plan.holds[0]
         assert hold.reason is HoldReason.BUDGET
         assert WakeOn.BUDGET_PERIOD_RESET in hold.wake_on
-        assert hold.wake_at is not None and hold.wake_at.isoformat() == "2027-01-01T00:00:00+00:00"
+        assert hold.wake_at is not None
+        assert hold.wake_at.isoformat() == "2027-01-01T00:00:00+00:00"
 
 
 def test_p0_may_use_the_emergency_reserve_and_is_flagged() -> None:
-    snap = make_snapshot([make_job(tier=Tier.P0, hours=10)], OFFER,
-                         [make_budget(reserve="200")], [spent("growth", "950")])
+    snap = make_snapshot(
+        [make_job(tier=Tier.P0, hours=10)],
+        OFFER,
+        [make_budget(reserve="200")],
+        [spent("growth", "950")],
+    )
     plan = plan_cycle(snap)
     assert plan.admissions[0].uses_reserve
     assert plan.budgets[0].projected_usd == Decimal("1050.00")
@@ -51,19 +57,26 @@ def test_p0_may_use_the_emergency_reserve_and_is_flagged() -> None:
 
 def test_committed_cost_of_running_jobs_counts() -> None:
     running = make_job("running", state=JobState.RUNNING)
-    snap = make_snapshot([running, make_job("new", tier=Tier.P3, hours=10)], OFFER,
-                         [make_budget()], [spent("growth", "100")],
-                         running=[Allocation("running", "a100", 1, 550.0)])
+    snap = make_snapshot(
+        [running, make_job("new", tier=Tier.P3, hours=10)],
+        OFFER,
+        [make_budget()],
+        [spent("growth", "100")],
+        running=[Allocation("running", "a100", 1, 550.0)],
+    )
     plan = plan_cycle(snap)
     assert plan.hold("new") is not None  # 100 + 550 + 100 > 700
     assert plan.budgets[0].committed_usd == Decimal("550.00")
 
 
 def test_cheaper_spot_plan_is_used_before_holding() -> None:
-    offers = [make_offering("od", price=10.0),
-              make_offering("spot", price=3.0, market=Market.SPOT, interruption_per_hour=0.1)]
-    snap = make_snapshot([make_job(tier=Tier.P3, hours=10)], offers, [make_budget()],
-                         [spent("growth", "600")])
+    offers = [
+        make_offering("od", price=10.0),
+        make_offering("spot", price=3.0, market=Market.SPOT, interruption_per_hour=0.1),
+    ]
+    snap = make_snapshot(
+        [make_job(tier=Tier.P3, hours=10)], offers, [make_budget()], [spent("growth", "600")]
+    )
     plan = plan_cycle(snap)
     assert plan.admissions[0].placement.market is Market.SPOT
 
@@ -84,17 +97,22 @@ def test_full_variant_is_preferred_when_it_fits() -> None:
 
 
 def test_a_big_job_that_does_not_fit_does_not_block_a_small_one() -> None:
-    jobs = [make_job("big", tier=Tier.P3, hours=30, seq=0),
-            make_job("small", tier=Tier.P3, hours=5, seq=1)]
+    jobs = [
+        make_job("big", tier=Tier.P3, hours=30, seq=0),
+        make_job("small", tier=Tier.P3, hours=5, seq=1),
+    ]
     snap = make_snapshot(jobs, OFFER, [make_budget()], [spent("growth", "600")])
     plan = plan_cycle(snap)
     assert [a.job_id for a in plan.admissions] == ["small"]
-    assert plan.hold("big") is not None and plan.hold("big").reason is HoldReason.BUDGET
+    assert plan.hold("big") is not None
+    assert plan.hold("big").reason is HoldReason.BUDGET
 
 
 def test_higher_tiers_consume_budget_before_lower_ones() -> None:
-    jobs = [make_job("p3", tier=Tier.P3, hours=20, seq=0),
-            make_job("p1", tier=Tier.P1, hours=20, seq=1)]
+    jobs = [
+        make_job("p3", tier=Tier.P3, hours=20, seq=0),
+        make_job("p1", tier=Tier.P1, hours=20, seq=1),
+    ]
     snap = make_snapshot(jobs, OFFER, [make_budget()], [spent("growth", "400")])
     plan = plan_cycle(snap)
     # P1 first: 400 + 200 = 600 ≤ 950; then P3: 600 + 200 = 800 > 700
@@ -113,16 +131,22 @@ def test_every_covering_budget_must_allow_the_job() -> None:
 
 
 def test_spend_outside_the_period_does_not_count() -> None:
-    snap = make_snapshot([make_job(tier=Tier.P3, hours=10)], OFFER, [make_budget()],
-                         [spent("growth", "5000", hours_ago=24 * 40)])
+    snap = make_snapshot(
+        [make_job(tier=Tier.P3, hours=10)],
+        OFFER,
+        [make_budget()],
+        [spent("growth", "5000", hours_ago=24 * 40)],
+    )
     plan = plan_cycle(snap)
     assert plan.admissions
     assert plan.budgets[0].accrued_usd == Decimal(0)
 
 
 def test_job_budget_cap_excludes_dearer_plans() -> None:
-    offers = [make_offering("slow", accelerator="T4", price=1.0),
-              make_offering("fast", accelerator="H100", price=20.0)]
+    offers = [
+        make_offering("slow", accelerator="T4", price=1.0),
+        make_offering("fast", accelerator="H100", price=20.0),
+    ]
     job = make_job(hours=12, deadline_hours=10, budget_usd=50)
     plan = plan_cycle(make_snapshot([job], offers))
     hold = plan.holds[0]

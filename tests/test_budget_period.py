@@ -10,14 +10,16 @@ from budgeteer.domain.budget import Period, PeriodKind
 def test_monthly_window_starts_at_local_midnight() -> None:
     # 23:30 UTC on 30 Nov is already 1 Dec in Berlin
     start, end = Period(PeriodKind.MONTHLY, "Europe/Berlin").window(
-        datetime(2026, 11, 30, 23, 30, tzinfo=UTC))
+        datetime(2026, 11, 30, 23, 30, tzinfo=UTC)
+    )
     assert start.isoformat() == "2026-12-01T00:00:00+01:00"
     assert end.isoformat() == "2027-01-01T00:00:00+01:00"
 
 
 def test_quarterly_window_across_a_dst_change() -> None:
     start, end = Period(PeriodKind.QUARTERLY, "America/New_York").window(
-        datetime(2026, 5, 10, tzinfo=UTC))
+        datetime(2026, 5, 10, tzinfo=UTC)
+    )
     assert start.isoformat() == "2026-04-01T00:00:00-04:00"
     assert end.isoformat() == "2026-07-01T00:00:00-04:00"
     start, end = Period(PeriodKind.QUARTERLY, "UTC").window(datetime(2026, 12, 2, tzinfo=UTC))

@@ -23,13 +23,21 @@ def test_bundled_catalog_has_all_three_clouds_and_both_markets() -> None:
 
 def test_zones_sharing_an_on_demand_price_merge_into_one_offering() -> None:
     cat = load_catalog()
-    g5 = [o for o in cat.offerings if o.instance_type == "g5.16xlarge"
-          and o.region == "eu-west-1" and o.market is Market.ON_DEMAND]
+    g5 = [
+        o
+        for o in cat.offerings
+        if o.instance_type == "g5.16xlarge"
+        and o.region == "eu-west-1"
+        and o.market is Market.ON_DEMAND
+    ]
     assert len(g5) == 1
     assert g5[0].zones == ("euw1-az1", "euw1-az2", "euw1-az3")
     assert g5[0].usd_per_hour == pytest.approx(4.57237)
-    spot = [o for o in cat.offerings if o.instance_type == "g5.16xlarge"
-            and o.region == "eu-west-1" and o.market is Market.SPOT]
+    spot = [
+        o
+        for o in cat.offerings
+        if o.instance_type == "g5.16xlarge" and o.region == "eu-west-1" and o.market is Market.SPOT
+    ]
     assert sorted(o.usd_per_hour for o in spot) == pytest.approx([1.3396, 1.4094, 1.4571])
 
 
@@ -50,7 +58,8 @@ def test_egress_is_priced_across_volume_bands() -> None:
     assert egress.cost_usd("aws/us-east-1", "aws/us-east-1", 500) == 0.0
     # GCP internet: 1024 GB at 0.12, then 0.11
     assert egress.cost_usd("gcp/us-central1", "aws/us-east-1", 2048) == pytest.approx(
-        1024 * 0.12 + 1024 * 0.11)
+        1024 * 0.12 + 1024 * 0.11
+    )
 
 
 @pytest.fixture

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from builders import make_job, make_snapshot, spent
-
 from budgeteer.core import Policy, plan_cycle
 from budgeteer.domain.tier import Tier
+from builders import make_job, make_snapshot, spent
 
 
 def test_tier_comes_first() -> None:
-    jobs = [make_job("p3", tier=Tier.P3, seq=0), make_job("p0", tier=Tier.P0, seq=1),
-            make_job("p1", tier=Tier.P1, seq=2)]
+    jobs = [
+        make_job("p3", tier=Tier.P3, seq=0),
+        make_job("p0", tier=Tier.P0, seq=1),
+        make_job("p1", tier=Tier.P1, seq=2),
+    ]
     assert plan_cycle(make_snapshot(jobs)).order == ("p0", "p1", "p3")
 
 
@@ -53,12 +55,19 @@ def test_within_a_team_least_slack_first_then_age_then_sequence() -> None:
         make_job("none-new-2", submitted_hours_ago=1, seq=4),
     ]
     assert plan_cycle(make_snapshot(jobs)).order == (
-        "tight", "loose", "none-old", "none-new", "none-new-2")
+        "tight",
+        "loose",
+        "none-old",
+        "none-new",
+        "none-new-2",
+    )
 
 
 def test_ageing_bounds_starvation() -> None:
-    jobs = [make_job("starved", team="rich", submitted_hours_ago=30, seq=0),
-            make_job("fresh", team="poor", seq=1)]
+    jobs = [
+        make_job("starved", team="rich", submitted_hours_ago=30, seq=0),
+        make_job("fresh", team="poor", seq=1),
+    ]
     snap = make_snapshot(jobs, spend=[spent("rich", "1000")])
     assert plan_cycle(snap).order == ("starved", "fresh")
     assert plan_cycle(snap, Policy(starvation_seconds=48 * 3600)).order == ("fresh", "starved")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from builders import make_budget, make_job, make_offering, make_snapshot, spent
 
 from budgeteer.core import Allocation, HoldReason, Policy, SolverChoice, plan_cycle
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
+from builders import make_budget, make_job, make_offering, make_snapshot, spent
 
 SLOW_CHEAP = make_offering("t4", accelerator="T4", price=0.5)  # rel 0.25 → $2 per ref-hour
 FAST_DEAR = make_offering("h100", accelerator="H100", price=9.0)  # rel 3.0 → $3 per ref-hour
@@ -32,7 +32,8 @@ def test_infeasible_deadline_is_explained_with_numbers() -> None:
     assert hold.reason is HoldReason.INFEASIBLE
     assert hold.message == (
         "fastest option 1×h100.type (1×H100) on_demand aws/us-east-1 finishes in 10.0 h; "
-        "deadline in 4.0 h")
+        "deadline in 4.0 h"
+    )
 
 
 def test_more_workers_are_used_only_to_meet_a_deadline() -> None:
@@ -68,7 +69,8 @@ def test_capacity_makes_the_second_job_wait_or_move() -> None:
     plan = plan_cycle(make_snapshot(jobs, [scarce]))
     assert plan.admission("first") is not None
     hold = plan.hold("second")
-    assert hold is not None and hold.reason is HoldReason.CAPACITY
+    assert hold is not None
+    assert hold.reason is HoldReason.CAPACITY
 
 
 def test_instances_in_use_reduce_capacity() -> None:
@@ -94,8 +96,10 @@ def test_milp_beats_greedy_under_capacity_contention() -> None:
     assert greedy.admission("first").placement.offering_id == "cheap"
     assert milp.admission("first").placement.offering_id == "dear"
     assert milp.admission("second").placement.offering_id == "cheap"
-    cost = {p.solver.method: sum(a.placement.expected_cost_usd for a in p.admissions)
-            for p in (greedy, milp)}
+    cost = {
+        p.solver.method: sum(a.placement.expected_cost_usd for a in p.admissions)
+        for p in (greedy, milp)
+    }
     assert cost == {"greedy": pytest.approx(301.0), "milp": pytest.approx(103.0)}
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from builders import make_job, make_snapshot
 
 from budgeteer.core import HoldReason, plan_cycle
 from budgeteer.core.ready import find_cycle, readiness
 from budgeteer.domain.job import JobState as S
+from builders import make_job, make_snapshot
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,9 @@ def test_plan_never_admits_before_parents_succeed() -> None:
     plan = plan_cycle(make_snapshot([a, b, c]))
     assert plan.admissions == ()
     assert {h.job_id: h.reason for h in plan.holds} == {
-        "b": HoldReason.DEPENDENCIES, "c": HoldReason.DEPENDENCIES}
+        "b": HoldReason.DEPENDENCIES,
+        "c": HoldReason.DEPENDENCIES,
+    }
 
 
 def test_failed_upstream_marks_dependents_dependency_failed() -> None:

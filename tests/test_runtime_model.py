@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from builders import make_job, make_offering, make_snapshot
 
 from budgeteer.core import Policy, plan_cycle
 from budgeteer.core.runtime import evaluate, preemption_moments, scaling_efficiency
 from budgeteer.domain.offering import Market
+from builders import make_job, make_offering, make_snapshot
 
 
 def test_on_demand_cost_is_price_times_runtime_plus_startup() -> None:
@@ -40,8 +40,17 @@ def test_spot_inflation_and_spread_follow_the_compound_poisson_model() -> None:
     mean, second = preemption_moments(1800, 300)
     assert mean == pytest.approx(0.25 + 1 / 12)
     assert second == pytest.approx(0.25 / 3 + 0.5 / 12 + 1 / 144)
-    ev = evaluate(np.array([10.0]), np.array([1.0]), np.array([2.0]), np.array([0.0]),
-                  np.array([0.3]), np.array([mean]), np.array([second]), np.array([0.0]), 1.0)
+    ev = evaluate(
+        np.array([10.0]),
+        np.array([1.0]),
+        np.array([2.0]),
+        np.array([0.0]),
+        np.array([0.3]),
+        np.array([mean]),
+        np.array([second]),
+        np.array([0.0]),
+        1.0,
+    )
     assert ev.runtime_hours[0] == pytest.approx(11.0)
     assert ev.cost_usd[0] == pytest.approx(22.0)
     expected_std = math.sqrt(0.3 * 10 * second)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import NOW
 
 from budgeteer.domain.budget import PeriodKind, ScopeKind
 from budgeteer.domain.job import DependencyCondition
@@ -16,6 +15,7 @@ from budgeteer.domain.tier import Tier
 from budgeteer.errors import CycleError, SpecError, SpecErrors
 from budgeteer.spec import JobSpec, job_from_spec, jobs_from_specs, parse_duration
 from budgeteer.spec.files import load_budgets_file, load_jobs_file, parse_yaml
+from builders import NOW
 
 KNOWN = ["T4", "L4", "A10G", "V100", "A100", "A100-80GB", "H100", "H100-MEGA"]
 
@@ -42,19 +42,27 @@ def _errors(exc: SpecErrors | SpecError) -> dict[str, str]:
 
 def test_the_issue_example_is_the_contract() -> None:
     spec = JobSpec.parse(parse_yaml(EXAMPLE))
-    job = job_from_spec(spec, job_id="j1", now=NOW, seq=7, known_accelerators=KNOWN,
-                        dependency_ids={"features-a": "job-42"})
+    job = job_from_spec(
+        spec,
+        job_id="j1",
+        now=NOW,
+        seq=7,
+        known_accelerators=KNOWN,
+        dependency_ids={"features-a": "job-42"},
+    )
     assert job.tier is Tier.P0
     assert job.resources.accelerators == ("A100", "H100")
     assert (job.resources.min_workers, job.resources.max_workers) == (1, 4)
     assert job.work.reference_hours == 12
-    assert job.deadline is not None and job.deadline.hour == 18
+    assert job.deadline is not None
+    assert job.deadline.hour == 18
     assert job.budget_usd == 400
     assert job.depends_on[0].job == "job-42"
     assert job.depends_on[0].on is DependencyCondition.SUCCESS
     assert job.spot.max_preemptions == 3
     assert job.incremental_reference_hours == 2
-    assert job.data is not None and job.data.size_gb == 500
+    assert job.data is not None
+    assert job.data.size_gb == 500
     assert job.command == ("python", "train.py")
     assert job.seq == 7
 
@@ -67,8 +75,12 @@ def test_sla_is_resolved_against_submission_time() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("4h", timedelta(hours=4)), ("90m", timedelta(minutes=90)),
-     ("1d12h", timedelta(days=1, hours=12)), ("2h30m", timedelta(hours=2, minutes=30))],
+    [
+        ("4h", timedelta(hours=4)),
+        ("90m", timedelta(minutes=90)),
+        ("1d12h", timedelta(days=1, hours=12)),
+        ("2h30m", timedelta(hours=2, minutes=30)),
+    ],
 )
 def test_durations(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
@@ -101,8 +113,11 @@ BASE: dict[str, Any] = {"name": "a", "team": "t", "work": {"reference_hours": 1}
         ({"name": "bad name!"}, "name", "pattern"),
         ({"data": {"location": "us-east-1", "size_gb": 1}}, "data.location", "pattern"),
         ({"depends_on": [{"job": "x", "on": "maybe"}]}, "depends_on[0].on", "'success'"),
-        ({"strategy": {"full_reference_hours": 2, "incremental_reference_hours": 3}},
-         "strategy", "must be below"),
+        (
+            {"strategy": {"full_reference_hours": 2, "incremental_reference_hours": 3}},
+            "strategy",
+            "must be below",
+        ),
     ],
 )
 def test_invalid_spec_names_the_field(change: dict[str, Any], field: str, problem: str) -> None:
@@ -136,8 +151,10 @@ def test_deadline_in_the_past_is_rejected() -> None:
 
 
 def test_dependency_cycles_are_rejected_with_the_cycle_named() -> None:
-    specs = [JobSpec.parse({**BASE, "name": n, "depends_on": [{"job": d}]})
-             for n, d in (("a", "c"), ("b", "a"), ("c", "b"))]
+    specs = [
+        JobSpec.parse({**BASE, "name": n, "depends_on": [{"job": d}]})
+        for n, d in (("a", "c"), ("b", "a"), ("c", "b"))
+    ]
     with pytest.raises(CycleError) as err:
         jobs_from_specs(specs, now=NOW, known_accelerators=KNOWN)
     assert err.value.cycle == ("a", "c", "b", "a")
@@ -145,8 +162,10 @@ def test_dependency_cycles_are_rejected_with_the_cycle_named() -> None:
 
 
 def test_unknown_dependency_and_duplicate_names_are_all_reported() -> None:
-    specs = [JobSpec.parse({**BASE, "name": "a", "depends_on": [{"job": "ghost"}]}),
-             JobSpec.parse({**BASE, "name": "a"})]
+    specs = [
+        JobSpec.parse({**BASE, "name": "a", "depends_on": [{"job": "ghost"}]}),
+        JobSpec.parse({**BASE, "name": "a"}),
+    ]
     with pytest.raises(SpecErrors) as err:
         jobs_from_specs(specs, now=NOW, known_accelerators=KNOWN)
     errors = _errors(err.value)
@@ -156,14 +175,17 @@ def test_unknown_dependency_and_duplicate_names_are_all_reported() -> None:
 
 def test_yaml_on_key_is_not_a_boolean() -> None:
     assert parse_yaml("depends_on: [{job: a, on: failure}]") == {
-        "depends_on": [{"job": "a", "on": "failure"}]}
+        "depends_on": [{"job": "a", "on": "failure"}]
+    }
     assert parse_yaml("x: yes\ny: true") == {"x": "yes", "y": True}
 
 
 def test_jobs_file_errors_name_file_and_index(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
-    path.write_text("jobs:\n  - {name: ok, team: t, work: {reference_hours: 1}}\n"
-                    "  - {name: bad, team: t, work: {reference_hours: 1}, colour: red}\n")
+    path.write_text(
+        "jobs:\n  - {name: ok, team: t, work: {reference_hours: 1}}\n"
+        "  - {name: bad, team: t, work: {reference_hours: 1}, colour: red}\n"
+    )
     with pytest.raises(SpecErrors) as err:
         load_jobs_file(path, now=NOW, known_accelerators=KNOWN)
     assert [(e.source, e.field) for e in err.value.errors] == [(str(path), "jobs[1].colour")]
@@ -189,7 +211,8 @@ def test_budgets_file_parses_scopes_periods_and_spend(tmp_path: Path) -> None:
     )
     budgets, spend = load_budgets_file(path)
     org, sprint = budgets
-    assert org.scope.kind is ScopeKind.ORGANISATION and org.period.kind is PeriodKind.QUARTERLY
+    assert org.scope.kind is ScopeKind.ORGANISATION
+    assert org.period.kind is PeriodKind.QUARTERLY
     assert org.allowance_usd(Tier.P0) == Decimal("105000")
     assert sprint.limit_usd == Decimal("300.10")
     assert sprint.allowance_usd(Tier.P3) == Decimal("150.050")
@@ -202,17 +225,27 @@ def test_budgets_file_parses_scopes_periods_and_spend(tmp_path: Path) -> None:
         ("{id: b, scope: {team: t}, limit_usd: 0}", "budgets[0].limit_usd", "greater than 0"),
         ("{id: b, scope: {team: t}, limit_usd: -10}", "budgets[0].limit_usd", "greater than 0"),
         ("{id: b, scope: {team: t, project: p}, limit_usd: 1}", "budgets[0].scope", "exactly one"),
-        ("{id: b, scope: {team: t}, limit_usd: 1, timezone: Mars/Base}", "budgets[0].timezone",
-         "unknown time zone"),
-        ("{id: b, scope: {team: t}, limit_usd: 1, thresholds: {P3: 0.9, P2: 0.8}}",
-         "budgets[0].thresholds", "P3 <= P2"),
+        (
+            "{id: b, scope: {team: t}, limit_usd: 1, timezone: Mars/Base}",
+            "budgets[0].timezone",
+            "unknown time zone",
+        ),
+        (
+            "{id: b, scope: {team: t}, limit_usd: 1, thresholds: {P3: 0.9, P2: 0.8}}",
+            "budgets[0].thresholds",
+            "P3 <= P2",
+        ),
         ("{id: b, scope: {team: t}, limit_usd: 1, period: weekly}", "budgets[0].period", ""),
-        ("{id: b, scope: {team: t}, limit_usd: 1, emergency_reserve_usd: -1}",
-         "budgets[0].emergency_reserve_usd", "greater than or equal to 0"),
+        (
+            "{id: b, scope: {team: t}, limit_usd: 1, emergency_reserve_usd: -1}",
+            "budgets[0].emergency_reserve_usd",
+            "greater than or equal to 0",
+        ),
     ],
 )
-def test_invalid_budget_names_the_field(tmp_path: Path, budget: str, field: str,
-                                        problem: str) -> None:
+def test_invalid_budget_names_the_field(
+    tmp_path: Path, budget: str, field: str, problem: str
+) -> None:
     path = tmp_path / "b.yaml"
     path.write_text(f"budgets:\n  - {budget}\n")
     with pytest.raises(SpecErrors) as err:

@@ -34,8 +34,18 @@ from budgeteer.domain.offering import Offering, Price
 from budgeteer.domain.tier import Tier
 
 BENCH_NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
-_FAMILIES = (("T4",), ("L4", "A10G"), ("A10G", "L4", "L40S"), ("A100",), ("A100", "H100"),
-             ("H100",), ("V100",), ("L40S",), ("A100", "A100-80GB"), ())
+_FAMILIES = (
+    ("T4",),
+    ("L4", "A10G"),
+    ("A10G", "L4", "L40S"),
+    ("A100",),
+    ("A100", "H100"),
+    ("H100",),
+    ("V100",),
+    ("L40S",),
+    ("A100", "A100-80GB"),
+    (),
+)
 
 
 def _offerings(catalog: Catalog, count: int, rng: np.random.Generator) -> tuple[Offering, ...]:
@@ -49,7 +59,9 @@ def _offerings(catalog: Catalog, count: int, rng: np.random.Generator) -> tuple[
         if copy:
             price = o.usd_per_hour * float(rng.uniform(0.9, 1.15))
             o = dataclasses.replace(
-                o, id=f"{o.id}#{copy}", region=f"{o.region}-x{copy}",
+                o,
+                id=f"{o.id}#{copy}",
+                region=f"{o.region}-x{copy}",
                 price=Price(price, "bench:jittered", o.price.observed_at),
             )
         picked.append(dataclasses.replace(o, max_instances=cap))
@@ -64,9 +76,12 @@ def _template(rng: np.random.Generator, offerings: tuple[Offering, ...]) -> Reso
         lo = int(rng.choice([1, 1, 2]))
         hi = lo * int(rng.choice([1, 1, 2, 4]))
         mem = float(rng.choice([0, 0, 16, 24, 40]))
-        if any(o.accelerators_per_instance >= k and o.gpu_memory_gib >= mem
-               and (not families or o.accelerator.split("-")[0] in families)
-               for o in offerings):
+        if any(
+            o.accelerators_per_instance >= k
+            and o.gpu_memory_gib >= mem
+            and (not families or o.accelerator.split("-")[0] in families)
+            for o in offerings
+        ):
             return Resources(families, mem, k, lo, hi)
 
 
@@ -87,35 +102,64 @@ def generate_snapshot(jobs: int, offerings: int, teams: int = 8, seed: int = 0) 
         tier = Tier(int(rng.choice(4, p=[0.05, 0.25, 0.4, 0.3])))
         work = float(rng.lognormal(math.log(6.0), 1.0)) * res.gpus_per_worker
         fast_hours = work / (res.gpus_per_worker * res.max_workers * 3.0)
-        deadline = (BENCH_NOW + timedelta(hours=fast_hours * float(rng.uniform(1.5, 12)) + 1)
-                    if rng.random() < 0.66 else None)
+        deadline = (
+            BENCH_NOW + timedelta(hours=fast_hours * float(rng.uniform(1.5, 12)) + 1)
+            if rng.random() < 0.66
+            else None
+        )
         deps: tuple[Dependency, ...] = ()
         if out and rng.random() < 0.1:
             deps = (Dependency(out[int(rng.integers(len(out)))].id, DependencyCondition.SUCCESS),)
-        out.append(Job(
-            id=f"job-{i:06d}", name=f"job-{i:06d}", team=team, tier=tier, resources=res,
-            work=Work(reference_hours=work),
-            submitted_at=BENCH_NOW - timedelta(minutes=float(rng.uniform(0, 600))), seq=i,
-            deadline=deadline,
-            budget_usd=work * 4.0 if rng.random() < 0.2 else None,
-            depends_on=deps, spot=SpotSettings(allowed=spot),
-            incremental_reference_hours=work / 4 if rng.random() < 0.2 else None,
-            data=DataSource(str(rng.choice(["aws/us-east-1", "gcp/us-central1"])),
-                            float(rng.uniform(10, 500))) if rng.random() < 0.3 else None,
-        ))
+        out.append(
+            Job(
+                id=f"job-{i:06d}",
+                name=f"job-{i:06d}",
+                team=team,
+                tier=tier,
+                resources=res,
+                work=Work(reference_hours=work),
+                submitted_at=BENCH_NOW - timedelta(minutes=float(rng.uniform(0, 600))),
+                seq=i,
+                deadline=deadline,
+                budget_usd=work * 4.0 if rng.random() < 0.2 else None,
+                depends_on=deps,
+                spot=SpotSettings(allowed=spot),
+                incremental_reference_hours=work / 4 if rng.random() < 0.2 else None,
+                data=DataSource(
+                    str(rng.choice(["aws/us-east-1", "gcp/us-central1"])),
+                    float(rng.uniform(10, 500)),
+                )
+                if rng.random() < 0.3
+                else None,
+            )
+        )
         expected_by_team[team] += work * 1.2
     budgets, spend = [], []
     for team in team_names:
         limit = Decimal(int(expected_by_team[team] * 2.5 + 100))
-        budgets.append(Budget(f"{team}-monthly", Scope(ScopeKind.TEAM, team), limit,
-                              emergency_reserve_usd=limit / 10))
+        budgets.append(
+            Budget(
+                f"{team}-monthly",
+                Scope(ScopeKind.TEAM, team),
+                limit,
+                emergency_reserve_usd=limit / 10,
+            )
+        )
         spent = limit * Decimal(str(round(float(rng.uniform(0.3, 0.6)), 2)))
         spend.append(SpendRecord(team, spent, BENCH_NOW - timedelta(hours=12)))
     done = {d.job for j in out for d in j.depends_on}
-    out = [dataclasses.replace(j, state=JobState.SUCCEEDED) if j.id in done and rng.random() < 0.5
-           else j for j in out]
+    out = [
+        dataclasses.replace(j, state=JobState.SUCCEEDED)
+        if j.id in done and rng.random() < 0.5
+        else j
+        for j in out
+    ]
     return Snapshot(
-        now=BENCH_NOW, jobs=tuple(out), offerings=offers,
-        throughput=tuple(catalog.throughput.items()), egress=catalog.egress,
-        budgets=tuple(budgets), spend=tuple(spend),
+        now=BENCH_NOW,
+        jobs=tuple(out),
+        offerings=offers,
+        throughput=tuple(catalog.throughput.items()),
+        egress=catalog.egress,
+        budgets=tuple(budgets),
+        spend=tuple(spend),
     )

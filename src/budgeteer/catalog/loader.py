@@ -163,7 +163,10 @@ def load_throughput(path: Path) -> dict[str, float]:
         if name in table:
             raise CatalogError(str(path), row, "accelerator", f"duplicate accelerator {name!r}")
         table[name] = _required(
-            path, row, "relative_training_throughput", rec["relative_training_throughput"],
+            path,
+            row,
+            "relative_training_throughput",
+            rec["relative_training_throughput"],
             positive=True,
         )
     if not table:
@@ -179,7 +182,9 @@ def load_egress(path: Path) -> EgressTable:
             raise CatalogError(str(path), row, "provider", "value is required")
         if rec["scope"] not in EGRESS_SCOPES:
             raise CatalogError(
-                str(path), row, "scope",
+                str(path),
+                row,
+                "scope",
                 f"must be one of {sorted(EGRESS_SCOPES)}, got {rec['scope']!r}",
             )
         start = _required(path, row, "tier_start_gb", rec["tier_start_gb"])
@@ -233,7 +238,9 @@ def _vms_row(path: Path, row: int, rec: dict[str, str], throughput: dict[str, fl
     accelerator = rec["accelerator"]
     if accelerator not in throughput:
         raise CatalogError(
-            str(path), row, "accelerator",
+            str(path),
+            row,
+            "accelerator",
             f"unknown accelerator {accelerator!r}: not in the throughput table",
         )
     count = _required(path, row, "accelerator_count", rec["accelerator_count"], positive=True)
@@ -254,7 +261,10 @@ def _vms_row(path: Path, row: int, rec: dict[str, str], throughput: dict[str, fl
         raise CatalogError(str(path), row, "max_instances", f"must be a whole number, got {cap}")
     startup = _number(path, row, "startup_seconds", rec.get("startup_seconds", ""), optional=True)
     rate = _number(
-        path, row, "spot_interruption_per_hour", rec.get("spot_interruption_per_hour", ""),
+        path,
+        row,
+        "spot_interruption_per_hour",
+        rec.get("spot_interruption_per_hour", ""),
         optional=True,
     )
     observed = rec.get("observed_at", "")
@@ -292,7 +302,9 @@ def load_offerings(path: Path, throughput: dict[str, float]) -> tuple[Offering, 
         basis = rec["price_basis"] or "instance"
         if basis not in PRICE_BASES:
             raise CatalogError(
-                str(path), row, "price_basis",
+                str(path),
+                row,
+                "price_basis",
                 f"must be one of {sorted(PRICE_BASES)}, got {basis!r}",
             )
         if basis == "gpu_only":
@@ -305,7 +317,9 @@ def load_offerings(path: Path, throughput: dict[str, float]) -> tuple[Offering, 
                 entry[1].append(parsed.zone)
     if not merged:
         raise CatalogError(str(path), None, None, "the catalog has no usable offering")
-    offerings = [_offering(path, key[3], key[4], row, zones) for key, (row, zones) in merged.items()]
+    offerings = [
+        _offering(path, key[3], key[4], row, zones) for key, (row, zones) in merged.items()
+    ]
     return tuple(sorted(offerings, key=lambda o: o.id))
 
 

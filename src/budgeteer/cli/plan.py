@@ -25,15 +25,17 @@ def _parse_at(at: str | None) -> datetime:
     try:
         value = datetime.fromisoformat(at)
     except ValueError:
-        raise SpecError("--at", f"expected an ISO-8601 time like 2026-12-02T09:00:00Z, got {at!r}"
-                        ) from None
+        raise SpecError(
+            "--at", f"expected an ISO-8601 time like 2026-12-02T09:00:00Z, got {at!r}"
+        ) from None
     if value.tzinfo is None:
         raise SpecError("--at", "must include a time zone (e.g. Z or +01:00)")
     return value
 
 
-def build_snapshot(jobs: Path, budgets: Path | None, catalog: Path | None, now: datetime
-                   ) -> Snapshot:
+def build_snapshot(
+    jobs: Path, budgets: Path | None, catalog: Path | None, now: datetime
+) -> Snapshot:
     """A snapshot from a jobs file, an optional budgets file and a catalog."""
     cat = load_catalog(catalog)
     job_list = load_jobs_file(jobs, now=now, known_accelerators=list(cat.throughput))
@@ -53,8 +55,9 @@ def build_snapshot(jobs: Path, budgets: Path | None, catalog: Path | None, now: 
 def plan_command(
     jobs: Annotated[Path, typer.Option("--jobs", help="Job specs (YAML or JSON).")],
     budgets: Annotated[Path | None, typer.Option("--budgets", help="Budgets file.")] = None,
-    catalog: Annotated[Path | None, typer.Option("--catalog", help="Catalog folder or vms.csv."
-                                                  )] = None,
+    catalog: Annotated[
+        Path | None, typer.Option("--catalog", help="Catalog folder or vms.csv.")
+    ] = None,
     at: Annotated[str | None, typer.Option("--at", help="Plan as of this ISO time.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
@@ -85,11 +88,15 @@ def render_plan(plan: Plan, console: Console) -> None:
     for a in plan.admissions:
         p = a.placement
         table.add_row(
-            a.job_id, a.tier.name + (" (reserve)" if a.uses_reserve else ""),
+            a.job_id,
+            a.tier.name + (" (reserve)" if a.uses_reserve else ""),
             f"{p.instances}×{p.instance_type} ({p.accelerators_per_instance}×{p.accelerator}) "
             f"{p.provider}/{p.region}",
-            p.market.value, p.variant.value, f"{p.expected_cost_usd:,.2f}",
-            f"{p.cost_std_usd:,.2f}", p.finish.strftime("%Y-%m-%d %H:%M %Z"),
+            p.market.value,
+            p.variant.value,
+            f"{p.expected_cost_usd:,.2f}",
+            f"{p.cost_std_usd:,.2f}",
+            p.finish.strftime("%Y-%m-%d %H:%M %Z"),
         )
     console.print(table)
     if plan.holds or plan.dependency_failures:
@@ -106,14 +113,31 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print(held)
     if plan.budgets:
         bt = Table(title="Budgets after this plan")
-        for col in ("budget", "limit $", "accrued $", "committed $", "planned $", "projected $",
-                    "of limit", "held"):
+        for col in (
+            "budget",
+            "limit $",
+            "accrued $",
+            "committed $",
+            "planned $",
+            "projected $",
+            "of limit",
+            "held",
+        ):
             bt.add_column(col, justify="left" if col == "budget" else "right")
         for b in plan.budgets:
-            bt.add_row(b.budget_id, f"{b.limit_usd:,.2f}", f"{b.accrued_usd:,.2f}",
-                       f"{b.committed_usd:,.2f}", f"{b.planned_usd:,.2f}",
-                       f"{b.projected_usd:,.2f}", f"{b.projected_fraction:.1%}", str(b.held_jobs))
+            bt.add_row(
+                b.budget_id,
+                f"{b.limit_usd:,.2f}",
+                f"{b.accrued_usd:,.2f}",
+                f"{b.committed_usd:,.2f}",
+                f"{b.planned_usd:,.2f}",
+                f"{b.projected_usd:,.2f}",
+                f"{b.projected_fraction:.1%}",
+                str(b.held_jobs),
+            )
         console.print(bt)
     s = plan.solver
-    console.print(f"solver: {s.method}, {s.jobs} admitted jobs, {s.variables} MILP variables, "
-                  f"objective {s.objective:,.2f} (greedy {s.greedy_objective:,.2f})")
+    console.print(
+        f"solver: {s.method}, {s.jobs} admitted jobs, {s.variables} MILP variables, "
+        f"objective {s.objective:,.2f} (greedy {s.greedy_objective:,.2f})"
+    )

@@ -52,12 +52,16 @@ def budget_tallies(snapshot: Snapshot) -> dict[str, BudgetTally]:
     for budget in snapshot.budgets:
         start, end = budget.period.window(snapshot.now)
         accrued = sum(
-            (r.amount_usd for r in snapshot.spend
-             if start <= r.at < end and budget.scope.covers(r.team, r.project)),
+            (
+                r.amount_usd
+                for r in snapshot.spend
+                if start <= r.at < end and budget.scope.covers(r.team, r.project)
+            ),
             Decimal(0),
         )
         committed = sum(
-            a.committed_usd for a in snapshot.running
+            a.committed_usd
+            for a in snapshot.running
             if (j := jobs.get(a.job_id)) is not None and budget.covers(j)
         )
         tallies[budget.id] = BudgetTally(budget, start, end, accrued, committed)
@@ -93,14 +97,26 @@ def admit(
     for job in ordered:
         cands = candidates[job.id]
         if cands.infeasible is not None:
-            holds.append(Hold(job.id, job.tier, HoldReason.INFEASIBLE, cands.infeasible,
-                              (WakeOn.OFFERINGS_CHANGED, WakeOn.PRICE_DROP), None, cands.details))
+            holds.append(
+                Hold(
+                    job.id,
+                    job.tier,
+                    HoldReason.INFEASIBLE,
+                    cands.infeasible,
+                    (WakeOn.OFFERINGS_CHANGED, WakeOn.PRICE_DROP),
+                    None,
+                    cands.details,
+                )
+            )
             continue
         covering = [t for t in tallies.values() if t.budget.covers(job)]
         options = [f for f in (cands.full, cands.incremental) if f is not None and f.size]
         chosen = next(
-            (f for f in options
-             if all(float(f.cost_usd[0]) <= t.room_usd(job.tier) + 1e-9 for t in covering)),
+            (
+                f
+                for f in options
+                if all(float(f.cost_usd[0]) <= t.room_usd(job.tier) + 1e-9 for t in covering)
+            ),
             None,
         )
         if chosen is None:
@@ -136,11 +152,18 @@ def _budget_hold(job: Job, options: Sequence[Front], covering: Sequence[BudgetTa
         f"cheapest plan ${cost:,.2f} ({cheapest.variant.value}) = ${projected + cost:,.2f}"
     )
     return Hold(
-        job.id, job.tier, HoldReason.BUDGET, message,
+        job.id,
+        job.tier,
+        HoldReason.BUDGET,
+        message,
         (WakeOn.BUDGET_PERIOD_RESET, WakeOn.PRICE_DROP, WakeOn.BUDGET_CHANGED),
         min(t.end for t in blocking),
-        (("budget_id", tight.budget.id),
-         *(("blocking_budget", t.budget.id) for t in blocking), ("allowance_usd", f"{allowance:.2f}"),
-         ("projected_usd", f"{projected:.2f}"), ("cheapest_plan_usd", f"{cost:.2f}"),
-         ("cheapest_variant", cheapest.variant.value)),
+        (
+            ("budget_id", tight.budget.id),
+            *(("blocking_budget", t.budget.id) for t in blocking),
+            ("allowance_usd", f"{allowance:.2f}"),
+            ("projected_usd", f"{projected:.2f}"),
+            ("cheapest_plan_usd", f"{cost:.2f}"),
+            ("cheapest_variant", cheapest.variant.value),
+        ),
     )

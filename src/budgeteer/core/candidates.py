@@ -120,14 +120,34 @@ def build_configs(
             n = -(-w // per_instance)
             if o.max_instances is not None and n > o.max_instances:
                 continue
-            rows.append((i, w, n, float(min(w, per_instance) * k), o.usd_per_hour * n,
-                         o.startup_seconds / 3600.0, o.interruption_per_hour * n, o.venue,
-                         o.accelerator))
+            rows.append(
+                (
+                    i,
+                    w,
+                    n,
+                    float(min(w, per_instance) * k),
+                    o.usd_per_hour * n,
+                    o.startup_seconds / 3600.0,
+                    o.interruption_per_hour * n,
+                    o.venue,
+                    o.accelerator,
+                )
+            )
     if not rows:
         empty_f = np.zeros(0)
         empty_i = np.zeros(0, dtype=np.int64)
-        return Configs(empty_i, empty_i, empty_i, empty_f, empty_f, empty_f, empty_f, (), (),
-                       np.zeros(0, dtype=bool))
+        return Configs(
+            empty_i,
+            empty_i,
+            empty_i,
+            empty_f,
+            empty_f,
+            empty_f,
+            empty_f,
+            (),
+            (),
+            np.zeros(0, dtype=bool),
+        )
     idx, w_, n_, used, pph, start, lam, venue, acc = zip(*rows, strict=True)
     workers = np.array(w_, dtype=np.int64)
     instances = np.array(n_, dtype=np.int64)
@@ -159,8 +179,11 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
     p, s, lam = configs.usd_per_hour, configs.startup_hours, configs.interruptions_per_hour
     dims = np.stack([p * v, p * v * lam, p * s, v, v * lam, s], axis=1)
     labels = [
-        (configs.venue[i] if group_by_venue else "", configs.accelerator[i] if group_by_accelerator
-         else "") for i in range(m)
+        (
+            configs.venue[i] if group_by_venue else "",
+            configs.accelerator[i] if group_by_accelerator else "",
+        )
+        for i in range(m)
     ]
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, label in enumerate(labels):
@@ -194,8 +217,14 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
 def _shape_key(job: Job) -> tuple[object, ...]:
     r = job.resources
     return (
-        r.accelerators, r.min_gpu_memory_gib, r.gpus_per_worker, r.min_workers, r.max_workers,
-        job.spot.allowed, job.data.location if job.data else None, bool(job.work.steps_per_hour_on),
+        r.accelerators,
+        r.min_gpu_memory_gib,
+        r.gpus_per_worker,
+        r.min_workers,
+        r.max_workers,
+        job.spot.allowed,
+        job.data.location if job.data else None,
+        bool(job.work.steps_per_hour_on),
     )
 
 
@@ -228,11 +257,15 @@ def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) ->
         return np.zeros((len(jobs), 1))
     venues = sorted(set(configs.venue))
     col_of = np.array([venues.index(v) for v in configs.venue], dtype=np.int64)
-    per_venue = np.array([
-        [snapshot.egress.cost_usd(j.data.location, v, j.data.size_gb) if j.data else 0.0
-         for v in venues]
-        for j in jobs
-    ])
+    per_venue = np.array(
+        [
+            [
+                snapshot.egress.cost_usd(j.data.location, v, j.data.size_gb) if j.data else 0.0
+                for v in venues
+            ]
+            for j in jobs
+        ]
+    )
     result: FloatArray = per_venue[:, col_of]
     return result
 
@@ -248,11 +281,13 @@ def _front(
     """Each job's front; also its fastest finish, the placement giving it, and its cheapest
     deadline-meeting cost (to explain infeasibility)."""
     now = snapshot.now
-    horizon = np.array([[(j.deadline - now).total_seconds() / 3600.0 if j.deadline else math.inf]
-                        for j in jobs])
+    horizon = np.array(
+        [[(j.deadline - now).total_seconds() / 3600.0 if j.deadline else math.inf] for j in jobs]
+    )
     cap = np.array([[j.budget_usd if j.budget_usd is not None else math.inf] for j in jobs])
-    moments = [preemption_moments(j.checkpoint_interval_seconds, j.restart_overhead_seconds)
-               for j in jobs]
+    moments = [
+        preemption_moments(j.checkpoint_interval_seconds, j.restart_overhead_seconds) for j in jobs
+    ]
     ev = evaluate(
         work_ref_hours=_work_matrix(jobs, configs, throughput, variant),
         speed_ref_per_hour=configs.speed[None, :],
@@ -295,12 +330,30 @@ def _front(
         g: FloatArray = np.take_along_axis(np.broadcast_to(a, shape), cols, axis=1)
         return g
 
-    arrays = [gather(a) for a in (ev.cost_usd, ev.cost_std_usd, ev.finish_hours,
-                                  ev.runtime_hours, ev.runtime_std_hours)]
+    arrays = [
+        gather(a)
+        for a in (
+            ev.cost_usd,
+            ev.cost_std_usd,
+            ev.finish_hours,
+            ev.runtime_hours,
+            ev.runtime_std_hours,
+        )
+    ]
     egress = gather(_egress_matrix(snapshot, jobs, configs))
     fronts = [
-        Front(configs, variant, cols[r], arrays[0][r], arrays[1][r], arrays[2][r], arrays[3][r],
-              arrays[4][r], egress[r], int(sizes[r]))
+        Front(
+            configs,
+            variant,
+            cols[r],
+            arrays[0][r],
+            arrays[1][r],
+            arrays[2][r],
+            arrays[3][r],
+            arrays[4][r],
+            egress[r],
+            int(sizes[r]),
+        )
         for r in range(len(jobs))
     ]
     return fronts, fastest, fastest_col, cheapest_on_time
@@ -311,9 +364,7 @@ def _empty_front(configs: Configs, variant: Variant) -> Front:
     return Front(configs, variant, np.zeros(0, dtype=np.int64), z, z, z, z, z, z, 0)
 
 
-def nominate(
-    snapshot: Snapshot, jobs: Sequence[Job], policy: Policy
-) -> dict[str, Candidates]:
+def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[str, Candidates]:
     """Candidates for every job in ``jobs`` (by job id), fronts cheapest first."""
     throughput = dict(snapshot.throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
@@ -328,16 +379,19 @@ def nominate(
         )
         if len(configs) == 0:
             for job in members:
-                out[job.id] = Candidates(job, _empty_front(configs, Variant.FULL), None,
-                                         _no_offering_message(job))
+                out[job.id] = Candidates(
+                    job, _empty_front(configs, Variant.FULL), None, _no_offering_message(job)
+                )
             continue
-        full, fastest, fastest_col, cheapest = _front(snapshot, members, configs, throughput, policy,
-                                         Variant.FULL)
+        full, fastest, fastest_col, cheapest = _front(
+            snapshot, members, configs, throughput, policy, Variant.FULL
+        )
         incr_jobs = [j for j in members if j.incremental_reference_hours is not None]
         incr: dict[str, Front] = {}
         if incr_jobs:
-            fronts, _, _, _ = _front(snapshot, incr_jobs, configs, throughput, policy,
-                                  Variant.INCREMENTAL)
+            fronts, _, _, _ = _front(
+                snapshot, incr_jobs, configs, throughput, policy, Variant.INCREMENTAL
+            )
             incr = {j.id: f for j, f in zip(incr_jobs, fronts, strict=True)}
         for row, job in enumerate(members):
             inc = incr.get(job.id)
@@ -345,7 +399,11 @@ def nominate(
             details: tuple[tuple[str, str], ...] = ()
             if full[row].size == 0 and (inc is None or inc.size == 0):
                 message, details = _infeasible_message(
-                    snapshot, job, configs, float(fastest[row]), int(fastest_col[row]),
+                    snapshot,
+                    job,
+                    configs,
+                    float(fastest[row]),
+                    int(fastest_col[row]),
                     float(cheapest[row]),
                 )
             out[job.id] = Candidates(job, full[row], inc, message, details)
@@ -363,22 +421,29 @@ def _no_offering_message(job: Job) -> str:
 
 
 def _infeasible_message(
-    snapshot: Snapshot, job: Job, configs: Configs, fastest_h: float, best: int,
+    snapshot: Snapshot,
+    job: Job,
+    configs: Configs,
+    fastest_h: float,
+    best: int,
     cheapest_usd: float,
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
-    horizon = (
-        (job.deadline - snapshot.now).total_seconds() / 3600.0 if job.deadline else math.inf
-    )
+    horizon = (job.deadline - snapshot.now).total_seconds() / 3600.0 if job.deadline else math.inf
     if not math.isfinite(fastest_h):
         return "every matching spot plan is too unreliable and no other market fits", ()
     if fastest_h > horizon:
         o = snapshot.offerings[int(configs.offering[best])]
-        what = (f"{int(configs.instances[best])}×{o.instance_type} "
-                f"({o.accelerators_per_instance}×{o.accelerator}) {o.market.value} {o.venue}")
+        what = (
+            f"{int(configs.instances[best])}×{o.instance_type} "
+            f"({o.accelerators_per_instance}×{o.accelerator}) {o.market.value} {o.venue}"
+        )
         return (
             f"fastest option {what} finishes in {fastest_h:.1f} h; deadline in {horizon:.1f} h",
-            (("fastest_finish_hours", f"{fastest_h:.3f}"), ("deadline_hours", f"{horizon:.3f}"),
-             ("fastest_option", what)),
+            (
+                ("fastest_finish_hours", f"{fastest_h:.3f}"),
+                ("deadline_hours", f"{horizon:.3f}"),
+                ("fastest_option", what),
+            ),
         )
     cap = job.budget_usd if job.budget_usd is not None else math.inf
     return (

@@ -57,8 +57,13 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
     # 6. report
     admissions, capacity_holds = _admissions(snapshot, admission.admitted, choices, tallies)
     waiting = tuple(
-        Hold(job.id, job.tier, HoldReason.DEPENDENCIES,
-             "waiting for " + ", ".join(upstream), (WakeOn.DEPENDENCY_DONE,))
+        Hold(
+            job.id,
+            job.tier,
+            HoldReason.DEPENDENCIES,
+            "waiting for " + ", ".join(upstream),
+            (WakeOn.DEPENDENCY_DONE,),
+        )
         for job, upstream in ready.waiting
     )
     holds = (*waiting, *admission.holds, *capacity_holds)
@@ -83,11 +88,15 @@ def _admissions(
     holds: list[Hold] = []
     for a, pos in zip(admitted, choices, strict=True):
         if pos is None:
-            holds.append(Hold(
-                a.job.id, a.job.tier, HoldReason.CAPACITY,
-                "every placement that meets the deadline is at capacity",
-                (WakeOn.CAPACITY_FREED,),
-            ))
+            holds.append(
+                Hold(
+                    a.job.id,
+                    a.job.tier,
+                    HoldReason.CAPACITY,
+                    "every placement that meets the deadline is at capacity",
+                    (WakeOn.CAPACITY_FREED,),
+                )
+            )
             continue
         placement = _placement(snapshot, a, pos)
         uses_reserve = a.job.tier is Tier.P0 and any(
@@ -142,18 +151,20 @@ def _projections(
         )
         committed = _usd(tally.committed_usd)
         planned_usd = _usd(planned)
-        out.append(BudgetProjection(
-            budget_id=tally.budget.id,
-            period_start=tally.start,
-            period_end=tally.end,
-            limit_usd=tally.budget.limit_usd,
-            emergency_reserve_usd=tally.budget.emergency_reserve_usd,
-            accrued_usd=tally.accrued_usd,
-            committed_usd=committed,
-            planned_usd=planned_usd,
-            projected_usd=tally.accrued_usd + committed + planned_usd,
-            held_jobs=tally.held,
-        ))
+        out.append(
+            BudgetProjection(
+                budget_id=tally.budget.id,
+                period_start=tally.start,
+                period_end=tally.end,
+                limit_usd=tally.budget.limit_usd,
+                emergency_reserve_usd=tally.budget.emergency_reserve_usd,
+                accrued_usd=tally.accrued_usd,
+                committed_usd=committed,
+                planned_usd=planned_usd,
+                projected_usd=tally.accrued_usd + committed + planned_usd,
+                held_jobs=tally.held,
+            )
+        )
     return tuple(out)
 
 

@@ -48,11 +48,15 @@ class _State:
     row_usage: list[float]  # per budget row: decided costs + reserved costs of undecided jobs
 
 
-def budget_rows(admitted: Sequence[Admitted], tallies: Mapping[str, BudgetTally]) -> list[BudgetRow]:
+def budget_rows(
+    admitted: Sequence[Admitted], tallies: Mapping[str, BudgetTally]
+) -> list[BudgetRow]:
     """The budget rows of the placement problem."""
     rows = []
     for tally in tallies.values():
-        members = [(i, a.job.tier) for i, a in enumerate(admitted) if tally.budget.id in a.budget_ids]
+        members = [
+            (i, a.job.tier) for i, a in enumerate(admitted) if tally.budget.id in a.budget_ids
+        ]
         for tier in sorted({t for _, t in members}):
             rhs = float(tally.budget.allowance_usd(tier)) - tally.base_usd
             rows.append(BudgetRow(frozenset(i for i, t in members if t <= tier), rhs))
@@ -71,8 +75,9 @@ def penalties(admitted: Sequence[Admitted]) -> list[float]:
     return [big * (2.0 - i / max(n, 1)) for i in range(n)]
 
 
-def objective(admitted: Sequence[Admitted], choices: Sequence[Choice],
-              penalty: Sequence[float]) -> tuple[float, ...]:
+def objective(
+    admitted: Sequence[Admitted], choices: Sequence[Choice], penalty: Sequence[float]
+) -> tuple[float, ...]:
     """Per tier (P0 first): expected cost of placed jobs plus penalties of waiting ones."""
     by_tier: dict[int, float] = defaultdict(float)
     for i, (a, c) in enumerate(zip(admitted, choices, strict=True)):
@@ -80,8 +85,14 @@ def objective(admitted: Sequence[Admitted], choices: Sequence[Choice],
     return tuple(by_tier[t] for t in range(4))
 
 
-def _fits(a: Admitted, i: int, pos: int, state: _State, rows: Sequence[BudgetRow],
-          rows_of: Mapping[int, list[int]]) -> bool:
+def _fits(
+    a: Admitted,
+    i: int,
+    pos: int,
+    state: _State,
+    rows: Sequence[BudgetRow],
+    rows_of: Mapping[int, list[int]],
+) -> bool:
     off, n = _offering_of(a, pos)
     if off in state.capacity and state.capacity[off] < n:
         return False
@@ -89,8 +100,13 @@ def _fits(a: Admitted, i: int, pos: int, state: _State, rows: Sequence[BudgetRow
     return all(state.row_usage[r] + extra <= rows[r].rhs_usd + 1e-6 for r in rows_of[i])
 
 
-def _decide(a: Admitted, i: int, pos: Choice, state: _State, rows_of: Mapping[int, list[int]],
-            ) -> None:
+def _decide(
+    a: Admitted,
+    i: int,
+    pos: Choice,
+    state: _State,
+    rows_of: Mapping[int, list[int]],
+) -> None:
     cost = 0.0
     if pos is not None:
         off, n = _offering_of(a, pos)
@@ -101,8 +117,13 @@ def _decide(a: Admitted, i: int, pos: Choice, state: _State, rows_of: Mapping[in
         state.row_usage[r] += cost - a.reserved_usd
 
 
-def _greedy_tier(admitted: Sequence[Admitted], members: Sequence[int], state: _State,
-                 rows: Sequence[BudgetRow], rows_of: Mapping[int, list[int]]) -> dict[int, Choice]:
+def _greedy_tier(
+    admitted: Sequence[Admitted],
+    members: Sequence[int],
+    state: _State,
+    rows: Sequence[BudgetRow],
+    rows_of: Mapping[int, list[int]],
+) -> dict[int, Choice]:
     out: dict[int, Choice] = {}
     for i in members:
         a = admitted[i]
@@ -112,9 +133,15 @@ def _greedy_tier(admitted: Sequence[Admitted], members: Sequence[int], state: _S
     return out
 
 
-def _milp_tier(admitted: Sequence[Admitted], members: Sequence[int], state: _State,
-               rows: Sequence[BudgetRow], rows_of: Mapping[int, list[int]],
-               penalty: Sequence[float], policy: Policy) -> dict[int, Choice] | None:
+def _milp_tier(
+    admitted: Sequence[Admitted],
+    members: Sequence[int],
+    state: _State,
+    rows: Sequence[BudgetRow],
+    rows_of: Mapping[int, list[int]],
+    penalty: Sequence[float],
+    policy: Policy,
+) -> dict[int, Choice] | None:
     """Optimal choices for ``members`` given ``state`` (not modified); ``None`` if unsolved."""
     var: list[tuple[int, int]] = [(i, p) for i in members for p in range(admitted[i].front.size)]
     c = np.array([float(admitted[i].front.cost_usd[p]) - penalty[i] for i, p in var])
@@ -160,8 +187,8 @@ def _milp_tier(admitted: Sequence[Admitted], members: Sequence[int], state: _Sta
     if result.x is None:
         return None
     chosen: dict[int, Choice] = dict.fromkeys(members)
-    for v in np.flatnonzero(result.x > 0.5):
-        i, p = var[int(v)]
+    for v in np.flatnonzero(result.x > 0.5).tolist():
+        i, p = var[v]
         chosen[i] = p
     return chosen
 
@@ -181,7 +208,8 @@ def place(
             rows_of[i].append(r)
     capacity = {
         i: float(o.max_instances - in_use.get(o.id, 0))
-        for i, o in enumerate(offerings) if o.max_instances is not None
+        for i, o in enumerate(offerings)
+        if o.max_instances is not None
     }
     usage = [sum(admitted[i].reserved_usd for i in row.members) for row in rows]
     penalty = penalties(admitted)
@@ -204,8 +232,7 @@ def place(
         tier_greedy = _greedy_tier(admitted, members, trial, rows, rows_of)
         best = tier_greedy
         size = sum(admitted[i].front.size for i in contended)
-        if contended and (size <= policy.milp_max_variables
-                          or policy.solver is SolverChoice.MILP):
+        if contended and (size <= policy.milp_max_variables or policy.solver is SolverChoice.MILP):
             fixed = [i for i in members if i not in set(contended)]
             work = _State(dict(state.capacity), list(state.row_usage))
             for i in fixed:
@@ -214,8 +241,10 @@ def place(
             variables += size
             if solved is not None:
                 candidate = {**dict.fromkeys(fixed, 0), **solved}
-                if _tier_cost(admitted, candidate, penalty) < _tier_cost(
-                        admitted, tier_greedy, penalty) - 1e-6:
+                if (
+                    _tier_cost(admitted, candidate, penalty)
+                    < _tier_cost(admitted, tier_greedy, penalty) - 1e-6
+                ):
                     best = candidate
                     methods.add("milp")
         elif contended:
@@ -241,13 +270,22 @@ def _contended(admitted: Sequence[Admitted], members: Sequence[int], state: _Sta
     return [i for i in members if _offering_of(admitted[i], 0)[0] in state.capacity]
 
 
-def _tier_cost(admitted: Sequence[Admitted], chosen: Mapping[int, Choice],
-               penalty: Sequence[float]) -> float:
-    return sum(penalty[i] if p is None else float(admitted[i].front.cost_usd[p])
-               for i, p in chosen.items())
+def _tier_cost(
+    admitted: Sequence[Admitted], chosen: Mapping[int, Choice], penalty: Sequence[float]
+) -> float:
+    return sum(
+        penalty[i] if p is None else float(admitted[i].front.cost_usd[p]) for i, p in chosen.items()
+    )
 
 
-def _report(method: str, admitted: Sequence[Admitted], variables: int,
-            obj: tuple[float, ...], greedy_obj: tuple[float, ...], optimal: bool) -> SolverReport:
-    return SolverReport(method, len(admitted), variables, math.fsum(obj), math.fsum(greedy_obj),
-                        optimal)
+def _report(
+    method: str,
+    admitted: Sequence[Admitted],
+    variables: int,
+    obj: tuple[float, ...],
+    greedy_obj: tuple[float, ...],
+    optimal: bool,
+) -> SolverReport:
+    return SolverReport(
+        method, len(admitted), variables, math.fsum(obj), math.fsum(greedy_obj), optimal
+    )

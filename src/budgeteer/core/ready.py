@@ -35,7 +35,7 @@ def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
                 continue
             nxt = todo.pop(0)
             if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
@@ -82,7 +82,8 @@ def readiness(pending: Sequence[Job], states: Mapping[str, JobState]) -> Readine
             verdict = _satisfied(dep.on, upstream)
             if verdict is False:
                 failure = DependencyFailure(
-                    job.id, dep.job,
+                    job.id,
+                    dep.job,
                     f"upstream {dep.job!r} ended {upstream.value}; needed {dep.on.value}",
                 )
                 break

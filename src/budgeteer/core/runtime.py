@@ -30,9 +30,7 @@ def scaling_efficiency(
     return intra * inter
 
 
-def preemption_moments(
-    checkpoint_seconds: float, restart_seconds: float
-) -> tuple[float, float]:
+def preemption_moments(checkpoint_seconds: float, restart_seconds: float) -> tuple[float, float]:
     """Mean and second moment (hours, hours²) of the time one interruption costs."""
     c = checkpoint_seconds / 3600.0
     r = restart_seconds / 3600.0

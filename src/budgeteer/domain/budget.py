@@ -62,7 +62,8 @@ class Period:
         tz = ZoneInfo(self.timezone)
         local = now.astimezone(tz)
         if self.kind is PeriodKind.CUSTOM:
-            assert self.anchor is not None and self.length_days is not None
+            assert self.anchor is not None
+            assert self.length_days is not None
             start_day = self.anchor + timedelta(
                 days=((local.date() - self.anchor).days // self.length_days) * self.length_days
             )

@@ -148,6 +148,9 @@ def budget_from_spec(spec: BudgetSpec) -> Budget:
 def spend_from_spec(spec: SpendSpec) -> SpendRecord:
     """The domain :class:`SpendRecord` for a validated spend entry."""
     return SpendRecord(
-        team=spec.team, project=spec.project, amount_usd=spec.amount_usd, at=spec.at,
+        team=spec.team,
+        project=spec.project,
+        amount_usd=spec.amount_usd,
+        at=spec.at,
         job_id=spec.job,
     )

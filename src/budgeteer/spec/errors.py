@@ -28,7 +28,7 @@ def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
 
 
 def spec_errors(exc: ValidationError, source: str | None = None, prefix: str = "") -> SpecErrors:
-    """All problems of ``exc``, each naming its field (``prefix`` is prepended, e.g. ``jobs[3]``)."""
+    """All problems of ``exc``, each naming its field (``prefix`` is prepended: ``jobs[3]``)."""
     errors = []
     for err in exc.errors(include_url=False):
         problem = _FRIENDLY.get(err["type"], err["msg"])

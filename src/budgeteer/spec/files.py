@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job
 from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.budget import BudgetSpec, SpendSpec, budget_from_spec, spend_from_spec
+from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.job import JobSpec, jobs_from_specs
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -46,7 +46,7 @@ for _first in "tTfF":
 
 def parse_yaml(text: str) -> Any:
     """Parse YAML text safely with YAML 1.2 booleans."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Yaml12Loader)
 
 
 def read_document(path: Path) -> Any:
@@ -64,16 +64,16 @@ def read_document(path: Path) -> Any:
             return json.loads(text)
         return parse_yaml(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SpecError("(file)", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}",
-                        source) from None
+        raise SpecError(
+            "(file)", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source
+        ) from None
 
 
 def _items(doc: Any, key: str, source: str) -> list[Any]:
     if isinstance(doc, dict) and set(doc) <= {key}:
         doc = doc.get(key, [])
     if not isinstance(doc, list):
-        raise SpecError(key, f"expected a list of {key} (or a mapping with a '{key}' list)",
-                        source)
+        raise SpecError(key, f"expected a list of {key} (or a mapping with a '{key}' list)", source)
     return doc
 
 
@@ -98,8 +98,7 @@ def load_budgets_file(path: Path) -> tuple[list[Budget], list[SpendRecord]]:
     source = str(path)
     doc = read_document(path)
     if not isinstance(doc, dict) or not set(doc) <= {"budgets", "spend"}:
-        raise SpecError("(root)", "expected a mapping with 'budgets' and optional 'spend'",
-                        source)
+        raise SpecError("(root)", "expected a mapping with 'budgets' and optional 'spend'", source)
     raw_budgets = doc.get("budgets") or []
     raw_spend = doc.get("spend") or []
     errors: list[SpecError] = []
@@ -117,8 +116,9 @@ def load_budgets_file(path: Path) -> tuple[list[Budget], list[SpendRecord]]:
             errors.extend(exc.errors)
             continue
         if budget.id in seen:
-            errors.append(SpecError(f"budgets[{i}].id", f"duplicate budget id {budget.id!r}",
-                                    source))
+            errors.append(
+                SpecError(f"budgets[{i}].id", f"duplicate budget id {budget.id!r}", source)
+            )
         seen.add(budget.id)
         budgets.append(budget)
     for i, item in enumerate(raw_spend):

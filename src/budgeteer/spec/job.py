@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from budgeteer.core.ready import find_cycle
 from budgeteer.domain.job import (
     DataSource,
     Dependency,
@@ -33,7 +34,6 @@ from budgeteer.domain.job import (
     Work,
 )
 from budgeteer.domain.tier import Tier
-from budgeteer.core.ready import find_cycle
 from budgeteer.errors import CycleError, SpecError, SpecErrors
 from budgeteer.spec.errors import spec_errors
 
@@ -43,8 +43,10 @@ Name = Annotated[
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
-                       r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+_DURATION = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
+    r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
+)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -82,9 +84,7 @@ class ResourcesSpec(_Strict):
     accelerators: list[Name] = Field(default_factory=list, max_length=32)
     min_gpu_memory_gib: NonNegativeFloat = 0.0
     gpus_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
-    workers: WorkersSpec | Annotated[int, Field(ge=1, le=1024)] = Field(
-        default_factory=WorkersSpec
-    )
+    workers: WorkersSpec | Annotated[int, Field(ge=1, le=1024)] = Field(default_factory=WorkersSpec)
 
 
 class WorkSpec(_Strict):
@@ -237,11 +237,14 @@ def job_from_spec(
     """
     p = f"{prefix}." if prefix else ""
     res = spec.resources
-    workers = res.workers if isinstance(res.workers, WorkersSpec) else WorkersSpec(
-        min=res.workers, max=res.workers
+    workers = (
+        res.workers
+        if isinstance(res.workers, WorkersSpec)
+        else WorkersSpec(min=res.workers, max=res.workers)
     )
-    accelerators = _accelerators(res.accelerators, known_accelerators,
-                                 f"{p}resources.accelerators", source)
+    accelerators = _accelerators(
+        res.accelerators, known_accelerators, f"{p}resources.accelerators", source
+    )
     deadline = _deadline(spec, now, p, source)
     work = _work(spec, known_accelerators, p, source)
     deps = []
@@ -298,8 +301,10 @@ def _work(spec: JobSpec, known: Sequence[str], p: str, source: str | None) -> Wo
     if spec.work is None:
         assert spec.strategy is not None  # guaranteed by JobSpec._consistent
         return Work(reference_hours=spec.strategy.full_reference_hours)
-    if spec.strategy is not None and spec.work.reference_hours is not None and (
-        spec.work.reference_hours != spec.strategy.full_reference_hours
+    if (
+        spec.strategy is not None
+        and spec.work.reference_hours is not None
+        and (spec.work.reference_hours != spec.strategy.full_reference_hours)
     ):
         raise SpecError(
             f"{p}strategy.full_reference_hours", "must equal work.reference_hours", source
@@ -337,9 +342,16 @@ def jobs_from_specs(
     for i, spec in enumerate(specs):
         try:
             jobs.append(
-                job_from_spec(spec, job_id=spec.name, now=now, seq=first_seq + i,
-                              known_accelerators=known_accelerators, dependency_ids=ids,
-                              source=source, prefix=f"jobs[{i}]")
+                job_from_spec(
+                    spec,
+                    job_id=spec.name,
+                    now=now,
+                    seq=first_seq + i,
+                    known_accelerators=known_accelerators,
+                    dependency_ids=ids,
+                    source=source,
+                    prefix=f"jobs[{i}]",
+                )
             )
         except SpecError as exc:
             errors.append(exc)

@@ -1,0 +1,42 @@
+# The two quick-start commands: `make demo` and `make test`. Both create the virtualenv and
+# install the pinned dependencies (constraints.txt) on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_AT ?= 2026-12-02T09:00:00Z
+
+.PHONY: demo test lint types unit bench constraints clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/budgeteer plan --jobs src/budgeteer/examples/jobs.yaml \
+		--budgets src/budgeteer/examples/budgets.yaml --at $(DEMO_AT)
+
+test: lint types unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/cycle.py
+
+# Re-pin after changing dependencies in pyproject.toml.
+constraints: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
+	$(BIN)/python -m pip --version | awk '{print "pip==" $$2}' >> constraints.txt
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
