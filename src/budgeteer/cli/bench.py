@@ -44,6 +44,7 @@ def bench_cycle(
         "repeats": repeats,
         "median_seconds": round(statistics.median(times), 4),
         "min_seconds": round(min(times), 4),
+        "pending": sum(j.state.is_pending for j in snapshot.jobs),
         "admitted": len(plan.admissions),
         "held": len(plan.holds),
         "dependency_failed": len(plan.dependency_failures),

@@ -82,15 +82,39 @@ def load_jobs_file(path: Path, *, now: datetime, known_accelerators: Sequence[st
     source = str(path)
     items = _items(read_document(path), "jobs", source)
     specs: list[JobSpec] = []
+    positions: list[int] = []
     errors: list[SpecError] = []
+    invalid_names: dict[str, str] = {}
     for i, item in enumerate(items):
         try:
             specs.append(JobSpec.parse(item, source, prefix=f"jobs[{i}]"))
+            positions.append(i)
         except SpecErrors as exc:
             errors.extend(exc.errors)
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                invalid_names[item["name"]] = item["name"]  # not "unknown" to its dependents
+    try:
+        jobs = jobs_from_specs(
+            specs,
+            now=now,
+            known_accelerators=known_accelerators,
+            existing=invalid_names,
+            source=source,
+            positions=positions,
+        )
+    except SpecErrors as exc:
+        errors.extend(exc.errors)
+    except SpecError as exc:
+        errors.append(exc)
     if errors:
-        raise SpecErrors(errors)
-    return jobs_from_specs(specs, now=now, known_accelerators=known_accelerators, source=source)
+        raise SpecErrors(sorted(errors, key=lambda e: _index_of(e.field)))
+    return jobs
+
+
+def _index_of(field: str) -> int:
+    """The job index of an error path like ``jobs[3].name`` (for reporting in file order)."""
+    match = re.match(r"jobs\[(\d+)\]", field)
+    return int(match.group(1)) if match else -1
 
 
 def load_budgets_file(path: Path) -> tuple[list[Budget], list[SpendRecord]]:
