@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +48,34 @@ class EgressTable:
             return 0.0
         return _banded_cost(rows, size_gb)
 
+    def cost_usd_many(self, source: str, venue: str, sizes_gb: FloatArray) -> FloatArray:
+        """:meth:`cost_usd` for an array of transfer sizes between the same two places."""
+        src_provider = source.split("/", 1)[0]
+        dst_provider = venue.split("/", 1)[0]
+        scope = "inter_region" if src_provider == dst_provider else "internet"
+        rows = [r for r in self.rates if r.provider == src_provider and r.scope == scope]
+        total = np.zeros(len(sizes_gb))
+        if source == venue or not rows:
+            return total
+        for (start, end), price in _bands(rows):
+            width = math.inf if end is None else end - start
+            total += np.clip(sizes_gb - start, 0.0, width) * price
+        return total
 
-def _banded_cost(rows: list[EgressRate], size_gb: float) -> float:
-    """Sum ``size_gb`` over volume bands; flat overlapping rows collapse to their maximum."""
+
+def _bands(rows: list[EgressRate]) -> list[tuple[tuple[float, float | None], float]]:
+    """Volume bands in order; flat rows covering the same band collapse to their maximum."""
     bands: dict[tuple[float, float | None], float] = {}
     for r in rows:
         key = (r.tier_start_gb, r.tier_end_gb)
         bands[key] = max(bands.get(key, 0.0), r.usd_per_gb)
+    return sorted(bands.items(), key=lambda kv: kv[0][0])
+
+
+def _banded_cost(rows: list[EgressRate], size_gb: float) -> float:
+    """Sum ``size_gb`` over the volume bands."""
     total = 0.0
-    for (start, end), price in sorted(bands.items(), key=lambda kv: kv[0][0]):
+    for (start, end), price in _bands(rows):
         if size_gb <= start:
             break
         upper = size_gb if end is None else min(size_gb, end)

@@ -34,6 +34,10 @@ class BudgetTally:
     planned_usd: float = 0.0
     held: int = 0
     tiers: set[Tier] = field(default_factory=set)
+    allowance: dict[Tier, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.allowance = {t: float(self.budget.allowance_usd(t)) for t in Tier}
 
     @property
     def base_usd(self) -> float:
@@ -42,7 +46,7 @@ class BudgetTally:
 
     def room_usd(self, tier: Tier) -> float:
         """What admissions of ``tier`` may still add."""
-        return float(self.budget.allowance_usd(tier)) - self.base_usd - self.planned_usd
+        return self.allowance[tier] - self.base_usd - self.planned_usd
 
 
 def budget_tallies(snapshot: Snapshot) -> dict[str, BudgetTally]:
@@ -94,6 +98,7 @@ def admit(
     """Walk the queue in order and admit what the budgets allow (``tallies`` are updated)."""
     admitted: list[Admitted] = []
     holds: list[Hold] = []
+    covering_of: dict[tuple[str, str | None], list[BudgetTally]] = {}
     for job in ordered:
         cands = candidates[job.id]
         if cands.infeasible is not None:
@@ -109,7 +114,10 @@ def admit(
                 )
             )
             continue
-        covering = [t for t in tallies.values() if t.budget.covers(job)]
+        key = (job.team, job.project)
+        if key not in covering_of:
+            covering_of[key] = [t for t in tallies.values() if t.budget.covers(job)]
+        covering = covering_of[key]
         options = [f for f in (cands.full, cands.incremental) if f is not None and f.size]
         chosen = next(
             (

@@ -30,10 +30,62 @@ BoolArray = NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
-class Configs:
-    """The placements of one resource shape (parallel arrays; ``offering`` indexes the cycle's
-    offering tuple)."""
+class OfferingTable:
+    """The cycle's offerings as parallel arrays, built once per cycle; names are coded."""
 
+    offerings: tuple[Offering, ...]
+    gpus: IntArray
+    gpu_memory_gib: FloatArray
+    spot: BoolArray
+    usd_per_hour: FloatArray
+    startup_hours: FloatArray
+    interruptions_per_hour: FloatArray
+    max_instances: FloatArray  # inf when unlimited
+    rel: FloatArray
+    venue: IntArray
+    venues: tuple[str, ...]
+    accelerator: IntArray
+    accelerators: tuple[str, ...]
+
+    @classmethod
+    def build(cls, offerings: Sequence[Offering], throughput: dict[str, float]) -> OfferingTable:
+        """Arrays for ``offerings``; ``throughput`` must know every accelerator."""
+        venues = tuple(sorted({o.venue for o in offerings}))
+        accs = tuple(sorted({o.accelerator for o in offerings}))
+        v_code = {v: i for i, v in enumerate(venues)}
+        a_code = {a: i for i, a in enumerate(accs)}
+        return cls(
+            offerings=tuple(offerings),
+            gpus=np.array([o.accelerators_per_instance for o in offerings], dtype=np.int64),
+            gpu_memory_gib=np.array([o.gpu_memory_gib for o in offerings], dtype=np.float64),
+            spot=np.array([o.market is Market.SPOT for o in offerings], dtype=bool),
+            usd_per_hour=np.array([o.usd_per_hour for o in offerings], dtype=np.float64),
+            startup_hours=np.array([o.startup_seconds / 3600.0 for o in offerings]),
+            interruptions_per_hour=np.array([o.interruption_per_hour for o in offerings]),
+            max_instances=np.array(
+                [math.inf if o.max_instances is None else o.max_instances for o in offerings]
+            ),
+            rel=np.array([throughput[o.accelerator] for o in offerings], dtype=np.float64),
+            venue=np.array([v_code[o.venue] for o in offerings], dtype=np.int64),
+            venues=venues,
+            accelerator=np.array([a_code[o.accelerator] for o in offerings], dtype=np.int64),
+            accelerators=accs,
+        )
+
+    def family_mask(self, families: Sequence[str]) -> BoolArray:
+        """Offerings whose accelerator belongs to one of ``families`` (all if none given)."""
+        if not families:
+            return np.ones(len(self.offerings), dtype=bool)
+        ok = [any(a == f or a.startswith(f + "-") for f in families) for a in self.accelerators]
+        mask: BoolArray = np.array(ok, dtype=bool)[self.accelerator]
+        return mask
+
+
+@dataclass(frozen=True, slots=True)
+class Configs:
+    """The placements of one resource shape (parallel arrays; ``offering`` indexes the table)."""
+
+    table: OfferingTable
     offering: IntArray
     workers: IntArray
     instances: IntArray
@@ -41,12 +93,34 @@ class Configs:
     usd_per_hour: FloatArray
     startup_hours: FloatArray
     interruptions_per_hour: FloatArray
-    venue: tuple[str, ...]
-    accelerator: tuple[str, ...]
     limited: BoolArray
 
     def __len__(self) -> int:
         return len(self.offering)
+
+    @property
+    def venue(self) -> IntArray:
+        """Venue code of each placement (see ``table.venues``)."""
+        return self.table.venue[self.offering]
+
+    @property
+    def accelerator(self) -> IntArray:
+        """Accelerator code of each placement (see ``table.accelerators``)."""
+        return self.table.accelerator[self.offering]
+
+    def select(self, sel: IntArray) -> Configs:
+        """The placements at positions ``sel``."""
+        return Configs(
+            self.table,
+            self.offering[sel],
+            self.workers[sel],
+            self.instances[sel],
+            self.speed[sel],
+            self.usd_per_hour[sel],
+            self.startup_hours[sel],
+            self.interruptions_per_hour[sel],
+            self.limited[sel],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +158,8 @@ class Candidates:
         return best
 
 
-def _family_match(accelerator: str, families: Sequence[str]) -> bool:
-    return not families or any(
-        accelerator == f or accelerator.startswith(f + "-") for f in families
-    )
-
-
 def _worker_options(lo: int, hi: int) -> list[int]:
+    """Worker counts considered: the range's ends and the powers of two between them."""
     opts = {lo, hi}
     p = 1
     while p < hi:
@@ -100,70 +169,45 @@ def _worker_options(lo: int, hi: int) -> list[int]:
     return sorted(opts)
 
 
-def build_configs(
-    job: Job, offerings: Sequence[Offering], throughput: dict[str, float], policy: Policy
-) -> Configs:
+def build_configs(job: Job, table: OfferingTable, policy: Policy) -> Configs:
     """All placements of ``job``'s resource shape, before pruning."""
     res = job.resources
     k = res.gpus_per_worker
-    rows: list[tuple[int, int, int, float, float, float, float, str, str]] = []
-    for i, o in enumerate(offerings):
-        if (
-            o.accelerators_per_instance < k
-            or o.gpu_memory_gib < res.min_gpu_memory_gib
-            or (o.market is Market.SPOT and not job.spot.allowed)
-            or not _family_match(o.accelerator, res.accelerators)
-        ):
-            continue
-        per_instance = o.accelerators_per_instance // k
-        for w in _worker_options(res.min_workers, res.max_workers):
-            n = -(-w // per_instance)
-            if o.max_instances is not None and n > o.max_instances:
-                continue
-            rows.append(
-                (
-                    i,
-                    w,
-                    n,
-                    float(min(w, per_instance) * k),
-                    o.usd_per_hour * n,
-                    o.startup_seconds / 3600.0,
-                    o.interruption_per_hour * n,
-                    o.venue,
-                    o.accelerator,
-                )
+    ok = (
+        (table.gpus >= k)
+        & (table.gpu_memory_gib >= res.min_gpu_memory_gib)
+        & (job.spot.allowed | ~table.spot)
+        & table.family_mask(res.accelerators)
+    )
+    idx = np.flatnonzero(ok)
+    per_instance = table.gpus[idx] // k
+    parts = []
+    for w in _worker_options(res.min_workers, res.max_workers):
+        n = -(-w // per_instance)
+        fits = n <= table.max_instances[idx]
+        parts.append(
+            (
+                idx[fits],
+                np.full(int(fits.sum()), w, dtype=np.int64),
+                n[fits],
+                np.minimum(w, per_instance[fits]) * k,
             )
-    if not rows:
-        empty_f = np.zeros(0)
-        empty_i = np.zeros(0, dtype=np.int64)
-        return Configs(
-            empty_i,
-            empty_i,
-            empty_i,
-            empty_f,
-            empty_f,
-            empty_f,
-            empty_f,
-            (),
-            (),
-            np.zeros(0, dtype=bool),
         )
-    idx, w_, n_, used, pph, start, lam, venue, acc = zip(*rows, strict=True)
-    workers = np.array(w_, dtype=np.int64)
-    instances = np.array(n_, dtype=np.int64)
-    rel = np.array([throughput[a] for a in acc])
-    eff = scaling_efficiency(np.array(used), instances.astype(np.float64), policy)
+    offering = np.concatenate([p[0] for p in parts])
+    workers = np.concatenate([p[1] for p in parts])
+    instances = np.concatenate([p[2] for p in parts])
+    used = np.concatenate([p[3] for p in parts]).astype(np.float64)
+    eff = scaling_efficiency(used, instances.astype(np.float64), policy)
     return Configs(
-        offering=np.array(idx, dtype=np.int64),
+        table=table,
+        offering=offering,
         workers=workers,
         instances=instances,
-        speed=rel * workers * k * eff,
-        usd_per_hour=np.array(pph),
-        startup_hours=np.array(start),
-        interruptions_per_hour=np.array(lam),
-        venue=tuple(venue),
-        accelerator=tuple(acc),
-        limited=np.array([offerings[i].max_instances is not None for i in idx], dtype=bool),
+        speed=table.rel[offering] * workers * k * eff,
+        usd_per_hour=table.usd_per_hour[offering] * instances,
+        startup_hours=table.startup_hours[offering],
+        interruptions_per_hour=table.interruptions_per_hour[offering] * instances,
+        limited=np.isfinite(table.max_instances[offering]),
     )
 
 
@@ -171,47 +215,59 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
     """Drop placements dominated for every job: no cheaper, no faster, no steadier for any work,
     checkpoint interval or restart overhead. Only placements with equal egress (same venue) and,
     for jobs with measured per-accelerator rates, equal accelerator are compared; a placement on
-    a capacity-limited offering never dominates (it may be full)."""
+    a capacity-limited offering never dominates (it may be full).
+
+    A cheap pre-pass removes what the 2-D skyline (cost and time per unit of work) of each group
+    dominates in all six dimensions; the exact pairwise check then runs on the survivors.
+    """
     m = len(configs)
     if m <= 1:
         return configs
     v = 1.0 / configs.speed
     p, s, lam = configs.usd_per_hour, configs.startup_hours, configs.interruptions_per_hour
     dims = np.stack([p * v, p * v * lam, p * s, v, v * lam, s], axis=1)
-    labels = [
-        (
-            configs.venue[i] if group_by_venue else "",
-            configs.accelerator[i] if group_by_accelerator else "",
-        )
-        for i in range(m)
-    ]
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, label in enumerate(labels):
-        groups[label].append(i)
-    keep = np.ones(m, dtype=bool)
-    for members in groups.values():
-        g = np.array(members)
-        d = dims[g]
-        le = (d[:, None, :] <= d[None, :, :] + 1e-12).all(axis=2)  # le[a, b]: a ≤ b everywhere
-        lt = (d[:, None, :] < d[None, :, :] - 1e-12).any(axis=2)
-        earlier = np.arange(len(g))[:, None] < np.arange(len(g))[None, :]
-        # a placement on capacity-limited offering may be full: it dominates nothing
-        unlimited = ~configs.limited[g][:, None]
-        dominated = (le & (lt | earlier) & unlimited).any(axis=0)
-        keep[g[dominated]] = False
-    sel = np.flatnonzero(keep)
-    return Configs(
-        offering=configs.offering[sel],
-        workers=configs.workers[sel],
-        instances=configs.instances[sel],
-        speed=configs.speed[sel],
-        usd_per_hour=configs.usd_per_hour[sel],
-        startup_hours=configs.startup_hours[sel],
-        interruptions_per_hour=configs.interruptions_per_hour[sel],
-        venue=tuple(configs.venue[i] for i in sel),
-        accelerator=tuple(configs.accelerator[i] for i in sel),
-        limited=configs.limited[sel],
+    label = (configs.venue if group_by_venue else np.zeros(m, dtype=np.int64)) * 1000 + (
+        configs.accelerator if group_by_accelerator else 0
     )
+    keep = np.ones(m, dtype=bool)
+    for code in np.unique(label):
+        g = np.flatnonzero(label == code)
+        keep[g] = _undominated(dims[g], configs.limited[g])
+    return configs.select(np.flatnonzero(keep))
+
+
+def _dominates(a: FloatArray, b: FloatArray, tie: BoolArray) -> BoolArray:
+    """``out[i, j]``: row ``a[i]`` dominates row ``b[j]`` (``tie[i, j]`` breaks exact ties)."""
+    le = np.ones((len(a), len(b)), dtype=bool)
+    lt = np.zeros((len(a), len(b)), dtype=bool)
+    for k in range(a.shape[1]):
+        x, y = a[:, k][:, None], b[:, k][None, :]
+        le &= x <= y + 1e-12
+        lt |= x < y - 1e-12
+    result: BoolArray = le & (lt | tie)
+    return result
+
+
+def _undominated(d: FloatArray, limited: BoolArray) -> BoolArray:
+    n = len(d)
+    order = np.lexsort(d.T[::-1])  # lexicographic: any dominator comes before what it dominates
+    d, limited = d[order], limited[order]
+    # pivots: the unlimited 2-D skyline on (cost per work, time per work)
+    free = np.flatnonzero(~limited)
+    best = np.minimum.accumulate(np.concatenate([[math.inf], d[free, 3]]))[:-1]
+    pivots = free[d[free, 3] < best]
+    pos = np.arange(n)
+    alive: BoolArray = np.asarray(
+        ~_dominates(d[pivots], d, pivots[:, None] < pos[None, :]).any(axis=0), dtype=bool
+    )
+    rest = np.flatnonzero(alive)
+    sub = d[rest]
+    tie = rest[:, None] < rest[None, :]
+    beaten = (_dominates(sub, sub, tie) & ~limited[rest][:, None]).any(axis=0)
+    alive[rest[beaten]] = False
+    out = np.zeros(n, dtype=bool)
+    out[order] = alive
+    return out
 
 
 def _shape_key(job: Job) -> tuple[object, ...]:
@@ -246,27 +302,35 @@ def _work_matrix(
         steps = float(job.work.steps or 0)
         first_acc, first_rate = job.work.steps_per_hour_on[0]
         default = steps / first_rate * throughput[first_acc] * k
-        for col, acc in enumerate(configs.accelerator):
-            rate = rates.get(acc)
-            out[row, col] = default if rate is None else steps / rate * throughput[acc] * k
+        names = configs.table.accelerators
+        per_acc = np.array(
+            [
+                default if (rate := rates.get(a)) is None else steps / rate * throughput[a] * k
+                for a in names
+            ]
+        )
+        out[row, :] = per_acc[configs.accelerator]
     return out
 
 
 def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) -> FloatArray:
+    """Egress cost of each job's data to each placement's venue (a column of zeros if none)."""
     if not any(j.data and j.data.size_gb > 0 for j in jobs):
         return np.zeros((len(jobs), 1))
-    venues = sorted(set(configs.venue))
-    col_of = np.array([venues.index(v) for v in configs.venue], dtype=np.int64)
-    per_venue = np.array(
-        [
-            [
-                snapshot.egress.cost_usd(j.data.location, v, j.data.size_gb) if j.data else 0.0
-                for v in venues
-            ]
-            for j in jobs
-        ]
-    )
-    result: FloatArray = per_venue[:, col_of]
+    venue_codes = np.unique(configs.venue)
+    per_venue = np.zeros((len(jobs), len(configs.table.venues)))
+    by_location: dict[str, list[int]] = defaultdict(list)
+    size_of: dict[str, list[float]] = defaultdict(list)
+    for row, job in enumerate(jobs):
+        if job.data and job.data.size_gb > 0:
+            by_location[job.data.location].append(row)
+            size_of[job.data.location].append(job.data.size_gb)
+    for location, rows in by_location.items():
+        sizes = np.array(size_of[location])
+        for code in venue_codes.tolist():
+            venue = configs.table.venues[code]
+            per_venue[rows, code] = snapshot.egress.cost_usd_many(location, venue, sizes)
+    result: FloatArray = per_venue[:, configs.venue]
     return result
 
 
@@ -285,6 +349,7 @@ def _front(
         [[(j.deadline - now).total_seconds() / 3600.0 if j.deadline else math.inf] for j in jobs]
     )
     cap = np.array([[j.budget_usd if j.budget_usd is not None else math.inf] for j in jobs])
+    egress = _egress_matrix(snapshot, jobs, configs)
     moments = [
         preemption_moments(j.checkpoint_interval_seconds, j.restart_overhead_seconds) for j in jobs
     ]
@@ -296,7 +361,7 @@ def _front(
         interruptions_per_hour=configs.interruptions_per_hour[None, :],
         loss_mean_hours=np.array([[m[0]] for m in moments]),
         loss_second_moment=np.array([[m[1]] for m in moments]),
-        egress_usd=_egress_matrix(snapshot, jobs, configs),
+        egress_usd=egress,
         sigmas=policy.spot_deadline_sigmas,
     )
     shape = (len(jobs), len(configs))
@@ -340,7 +405,7 @@ def _front(
             ev.runtime_std_hours,
         )
     ]
-    egress = gather(_egress_matrix(snapshot, jobs, configs))
+    egress_front = gather(egress)
     fronts = [
         Front(
             configs,
@@ -351,7 +416,7 @@ def _front(
             arrays[2][r],
             arrays[3][r],
             arrays[4][r],
-            egress[r],
+            egress_front[r],
             int(sizes[r]),
         )
         for r in range(len(jobs))
@@ -367,13 +432,14 @@ def _empty_front(configs: Configs, variant: Variant) -> Front:
 def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[str, Candidates]:
     """Candidates for every job in ``jobs`` (by job id), fronts cheapest first."""
     throughput = dict(snapshot.throughput)
+    table = OfferingTable.build(snapshot.offerings, throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
     for job in jobs:
         shapes[_shape_key(job)].append(job)
     out: dict[str, Candidates] = {}
     for key, members in shapes.items():
         configs = prune(
-            build_configs(members[0], snapshot.offerings, throughput, policy),
+            build_configs(members[0], table, policy),
             group_by_venue=key[6] is not None,
             group_by_accelerator=bool(key[7]),
         )

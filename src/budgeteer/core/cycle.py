@@ -86,6 +86,7 @@ def _admissions(
 ) -> tuple[list[Admission], list[Hold]]:
     admissions: list[Admission] = []
     holds: list[Hold] = []
+    planned: dict[str, float] = defaultdict(float)
     for a, pos in zip(admitted, choices, strict=True):
         if pos is None:
             holds.append(
@@ -99,19 +100,14 @@ def _admissions(
             )
             continue
         placement = _placement(snapshot, a, pos)
+        for b in a.budget_ids:
+            planned[b] += placement.expected_cost_usd
         uses_reserve = a.job.tier is Tier.P0 and any(
-            tallies[b].base_usd + _planned(tallies[b], admissions, placement.expected_cost_usd)
-            > float(tallies[b].budget.limit_usd)
+            tallies[b].base_usd + planned[b] > float(tallies[b].budget.limit_usd)
             for b in a.budget_ids
         )
         admissions.append(Admission(a.job.id, a.job.tier, placement, a.budget_ids, uses_reserve))
     return admissions, holds
-
-
-def _planned(tally: BudgetTally, so_far: list[Admission], extra: float) -> float:
-    return extra + sum(
-        ad.placement.expected_cost_usd for ad in so_far if tally.budget.id in ad.budget_ids
-    )
 
 
 def _placement(snapshot: Snapshot, a: Admitted, pos: int) -> Placement:

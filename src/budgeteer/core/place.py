@@ -47,6 +47,74 @@ class _State:
     capacity: dict[int, float]  # offering index → instances still free (limited ones only)
     row_usage: list[float]  # per budget row: decided costs + reserved costs of undecided jobs
 
+    def copy(self) -> _State:
+        return _State(dict(self.capacity), list(self.row_usage))
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """The placement problem in plain Python lists (fast to read in the greedy loop)."""
+
+    admitted: Sequence[Admitted]
+    options: list[list[tuple[int, int, float]]]  # per job: (offering, instances, cost) by position
+    rows: list[BudgetRow]
+    rows_of: dict[int, list[int]]
+    penalty: list[float]
+
+    @classmethod
+    def build(cls, admitted: Sequence[Admitted], tallies: Mapping[str, BudgetTally]) -> _Problem:
+        options = []
+        for a in admitted:
+            cfg = a.front.config[: a.front.size]
+            options.append(
+                list(
+                    zip(
+                        a.front.configs.offering[cfg].tolist(),
+                        a.front.configs.instances[cfg].tolist(),
+                        a.front.cost_usd[: a.front.size].tolist(),
+                        strict=True,
+                    )
+                )
+            )
+        rows = budget_rows(admitted, tallies)
+        rows_of: dict[int, list[int]] = defaultdict(list)
+        for r, row in enumerate(rows):
+            for i in row.members:
+                rows_of[i].append(r)
+        return cls(admitted, options, rows, rows_of, penalties(admitted))
+
+    def fits(self, i: int, pos: int, state: _State) -> bool:
+        off, n, cost = self.options[i][pos]
+        if state.capacity.get(off, math.inf) < n:
+            return False
+        extra = cost - self.admitted[i].reserved_usd
+        rows = self.rows
+        return all(state.row_usage[r] + extra <= rows[r].rhs_usd + 1e-6 for r in self.rows_of[i])
+
+    def decide(self, i: int, pos: Choice, state: _State) -> None:
+        cost = 0.0
+        if pos is not None:
+            off, n, cost = self.options[i][pos]
+            if off in state.capacity:
+                state.capacity[off] -= n
+        delta = cost - self.admitted[i].reserved_usd
+        for r in self.rows_of.get(i, ()):
+            state.row_usage[r] += delta
+
+    def greedy(self, members: Sequence[int], state: _State) -> dict[int, Choice]:
+        """In order, each job takes the first front point that still fits (``state`` updated)."""
+        out: dict[int, Choice] = {}
+        for i in members:
+            pos = next((p for p in range(len(self.options[i])) if self.fits(i, p, state)), None)
+            self.decide(i, pos, state)
+            out[i] = pos
+        return out
+
+    def tier_cost(self, chosen: Mapping[int, Choice]) -> float:
+        return sum(
+            self.penalty[i] if p is None else self.options[i][p][2] for i, p in chosen.items()
+        )
+
 
 def budget_rows(
     admitted: Sequence[Admitted], tallies: Mapping[str, BudgetTally]
@@ -61,11 +129,6 @@ def budget_rows(
             rhs = float(tally.budget.allowance_usd(tier)) - tally.base_usd
             rows.append(BudgetRow(frozenset(i for i, t in members if t <= tier), rhs))
     return rows
-
-
-def _offering_of(a: Admitted, pos: int) -> tuple[int, int]:
-    cfg = int(a.front.config[pos])
-    return int(a.front.configs.offering[cfg]), int(a.front.configs.instances[cfg])
 
 
 def penalties(admitted: Sequence[Admitted]) -> list[float]:
@@ -85,66 +148,13 @@ def objective(
     return tuple(by_tier[t] for t in range(4))
 
 
-def _fits(
-    a: Admitted,
-    i: int,
-    pos: int,
-    state: _State,
-    rows: Sequence[BudgetRow],
-    rows_of: Mapping[int, list[int]],
-) -> bool:
-    off, n = _offering_of(a, pos)
-    if off in state.capacity and state.capacity[off] < n:
-        return False
-    extra = float(a.front.cost_usd[pos]) - a.reserved_usd
-    return all(state.row_usage[r] + extra <= rows[r].rhs_usd + 1e-6 for r in rows_of[i])
-
-
-def _decide(
-    a: Admitted,
-    i: int,
-    pos: Choice,
-    state: _State,
-    rows_of: Mapping[int, list[int]],
-) -> None:
-    cost = 0.0
-    if pos is not None:
-        off, n = _offering_of(a, pos)
-        if off in state.capacity:
-            state.capacity[off] -= n
-        cost = float(a.front.cost_usd[pos])
-    for r in rows_of[i]:
-        state.row_usage[r] += cost - a.reserved_usd
-
-
-def _greedy_tier(
-    admitted: Sequence[Admitted],
-    members: Sequence[int],
-    state: _State,
-    rows: Sequence[BudgetRow],
-    rows_of: Mapping[int, list[int]],
-) -> dict[int, Choice]:
-    out: dict[int, Choice] = {}
-    for i in members:
-        a = admitted[i]
-        pos = next((p for p in range(a.front.size) if _fits(a, i, p, state, rows, rows_of)), None)
-        _decide(a, i, pos, state, rows_of)
-        out[i] = pos
-    return out
-
-
 def _milp_tier(
-    admitted: Sequence[Admitted],
-    members: Sequence[int],
-    state: _State,
-    rows: Sequence[BudgetRow],
-    rows_of: Mapping[int, list[int]],
-    penalty: Sequence[float],
-    policy: Policy,
-) -> dict[int, Choice] | None:
-    """Optimal choices for ``members`` given ``state`` (not modified); ``None`` if unsolved."""
-    var: list[tuple[int, int]] = [(i, p) for i in members for p in range(admitted[i].front.size)]
-    c = np.array([float(admitted[i].front.cost_usd[p]) - penalty[i] for i, p in var])
+    problem: _Problem, members: Sequence[int], state: _State, policy: Policy
+) -> tuple[dict[int, Choice], bool] | None:
+    """Optimal choices for ``members`` given ``state`` (not modified), and whether HiGHS proved
+    optimality; ``None`` if it found no solution in time."""
+    var = [(i, p) for i in members for p in range(len(problem.options[i]))]
+    c = np.array([problem.options[i][p][2] - problem.penalty[i] for i, p in var])
     r_idx: list[int] = []
     v_idx: list[int] = []
     vals: list[float] = []
@@ -162,20 +172,21 @@ def _milp_tier(
     by_offering: dict[int, list[tuple[int, float]]] = defaultdict(list)
     by_row: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for v, (i, p) in enumerate(var):
+        off, n, cost = problem.options[i][p]
         by_job[i].append(v)
-        off, n = _offering_of(admitted[i], p)
         if off in state.capacity:
             by_offering[off].append((v, float(n)))
-        for r in rows_of[i]:
-            by_row[r].append((v, float(admitted[i].front.cost_usd[p])))
+        for r in problem.rows_of.get(i, ()):
+            by_row[r].append((v, cost))
     for vs in by_job.values():
         add_row([(v, 1.0) for v in vs], 1.0)
     for off, entries in by_offering.items():
         add_row(entries, state.capacity[off])
     member_set = set(members)
     for r, entries in by_row.items():
-        reserved = sum(admitted[i].reserved_usd for i in rows[r].members & member_set)
-        add_row(entries, rows[r].rhs_usd - (state.row_usage[r] - reserved) + 1e-6)
+        row = problem.rows[r]
+        reserved = sum(problem.admitted[i].reserved_usd for i in row.members & member_set)
+        add_row(entries, row.rhs_usd - (state.row_usage[r] - reserved) + 1e-6)
     a_matrix = coo_matrix((vals, (r_idx, v_idx)), shape=(len(ub), len(var))).tocsr()
     result = milp(
         c,
@@ -190,7 +201,7 @@ def _milp_tier(
     for v in np.flatnonzero(result.x > 0.5).tolist():
         i, p = var[v]
         chosen[i] = p
-    return chosen
+    return chosen, result.status == 0
 
 
 def place(
@@ -201,81 +212,85 @@ def place(
     policy: Policy,
 ) -> tuple[list[Choice], SolverReport]:
     """One choice per admitted job (front position, or ``None`` to wait for capacity)."""
-    rows = budget_rows(admitted, tallies)
-    rows_of: dict[int, list[int]] = defaultdict(list)
-    for r, row in enumerate(rows):
-        for i in row.members:
-            rows_of[i].append(r)
+    problem = _Problem.build(admitted, tallies)
     capacity = {
         i: float(o.max_instances - in_use.get(o.id, 0))
         for i, o in enumerate(offerings)
         if o.max_instances is not None
     }
-    usage = [sum(admitted[i].reserved_usd for i in row.members) for row in rows]
-    penalty = penalties(admitted)
+    usage = [sum(admitted[i].reserved_usd for i in row.members) for row in problem.rows]
     order = list(range(len(admitted)))
-    greedy_state = _State(dict(capacity), list(usage))
-    greedy = _greedy_tier(admitted, order, greedy_state, rows, rows_of)
+    greedy = problem.greedy(order, _State(dict(capacity), list(usage)))
     greedy_choices = [greedy[i] for i in order]
-    greedy_obj = objective(admitted, greedy_choices, penalty)
+    greedy_obj = objective(admitted, greedy_choices, problem.penalty)
     if policy.solver is SolverChoice.GREEDY:
         return greedy_choices, _report("greedy", admitted, 0, greedy_obj, greedy_obj, False)
 
-    state = _State(dict(capacity), list(usage))
+    state = _State(capacity, usage)
     choices: dict[int, Choice] = {}
     methods: set[str] = set()
     variables = 0
+    proven = True
     for tier in range(4):
         members = [i for i in order if int(admitted[i].job.tier) == tier]
-        contended = _contended(admitted, members, state)
-        trial = _State(dict(state.capacity), list(state.row_usage))
-        tier_greedy = _greedy_tier(admitted, members, trial, rows, rows_of)
-        best = tier_greedy
-        size = sum(admitted[i].front.size for i in contended)
-        if contended and (size <= policy.milp_max_variables or policy.solver is SolverChoice.MILP):
-            fixed = [i for i in members if i not in set(contended)]
-            work = _State(dict(state.capacity), list(state.row_usage))
-            for i in fixed:
-                _decide(admitted[i], i, 0, work, rows_of)
-            solved = _milp_tier(admitted, contended, work, rows, rows_of, penalty, policy)
-            variables += size
-            if solved is not None:
-                candidate = {**dict.fromkeys(fixed, 0), **solved}
-                if (
-                    _tier_cost(admitted, candidate, penalty)
-                    < _tier_cost(admitted, tier_greedy, penalty) - 1e-6
-                ):
-                    best = candidate
-                    methods.add("milp")
-        elif contended:
-            methods.add("greedy")
+        contended = _contended(problem, members, state)
+        if not contended:  # everyone's cheapest point is free: optimal, and always fits
+            best: dict[int, Choice] = dict.fromkeys(members, 0)
+        else:
+            best = problem.greedy(members, state.copy())
+            size = sum(len(problem.options[i]) for i in contended)
+            if size <= policy.milp_max_variables or policy.solver is SolverChoice.MILP:
+                solved = _solve_contended(problem, members, contended, state, policy)
+                variables += size
+                if solved is None:
+                    proven = False
+                else:
+                    candidate, optimal = solved
+                    proven &= optimal
+                    if problem.tier_cost(candidate) < problem.tier_cost(best) - 1e-6:
+                        best = candidate
+                        methods.add("milp")
+            else:
+                methods.add("greedy")
+                proven = False
         for i in members:
-            _decide(admitted[i], i, best[i], state, rows_of)
+            problem.decide(i, best[i], state)
             choices[i] = best[i]
     final = [choices[i] for i in order]
     method = "milp" if "milp" in methods else "greedy" if "greedy" in methods else "exact"
-    obj = objective(admitted, final, penalty)
-    return final, _report(method, admitted, variables, obj, greedy_obj, "greedy" not in methods)
+    obj = objective(admitted, final, problem.penalty)
+    return final, _report(method, admitted, variables, obj, greedy_obj, proven)
 
 
-def _contended(admitted: Sequence[Admitted], members: Sequence[int], state: _State) -> list[int]:
+def _solve_contended(
+    problem: _Problem,
+    members: Sequence[int],
+    contended: Sequence[int],
+    state: _State,
+    policy: Policy,
+) -> tuple[dict[int, Choice], bool] | None:
+    """Fix the uncontended jobs at their cheapest point, solve the rest with the MILP."""
+    in_milp = set(contended)
+    fixed = [i for i in members if i not in in_milp]
+    work = state.copy()
+    for i in fixed:
+        problem.decide(i, 0, work)
+    solved = _milp_tier(problem, contended, work, policy)
+    if solved is None:
+        return None
+    return {**dict.fromkeys(fixed, 0), **solved[0]}, solved[1]
+
+
+def _contended(problem: _Problem, members: Sequence[int], state: _State) -> list[int]:
     """Jobs whose cheapest point is on a limited offering that cannot take them all."""
     demand: dict[int, float] = defaultdict(float)
     for i in members:
-        off, n = _offering_of(admitted[i], 0)
+        off, n, _ = problem.options[i][0]
         if off in state.capacity:
             demand[off] += n
     if all(demand[o] <= state.capacity[o] for o in demand):
         return []
-    return [i for i in members if _offering_of(admitted[i], 0)[0] in state.capacity]
-
-
-def _tier_cost(
-    admitted: Sequence[Admitted], chosen: Mapping[int, Choice], penalty: Sequence[float]
-) -> float:
-    return sum(
-        penalty[i] if p is None else float(admitted[i].front.cost_usd[p]) for i, p in chosen.items()
-    )
+    return [i for i in members if problem.options[i][0][0] in state.capacity]
 
 
 def _report(
