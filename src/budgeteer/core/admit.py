@@ -35,14 +35,11 @@ class BudgetTally:
     held: int = 0
     tiers: set[Tier] = field(default_factory=set)
     allowance: dict[Tier, float] = field(default_factory=dict)
+    base_usd: float = 0.0  # accrued plus committed: spend the plan cannot change
 
     def __post_init__(self) -> None:
         self.allowance = {t: float(self.budget.allowance_usd(t)) for t in Tier}
-
-    @property
-    def base_usd(self) -> float:
-        """Accrued plus committed: spend the plan cannot change."""
-        return float(self.accrued_usd) + self.committed_usd
+        self.base_usd = float(self.accrued_usd) + self.committed_usd
 
     def room_usd(self, tier: Tier) -> float:
         """What admissions of ``tier`` may still add."""
