@@ -37,6 +37,54 @@ from budgeteer.core.spot.replay import Decider, Market, Mode, Observation, SpotJ
 PRIOR_RATE_PER_HOUR = 0.3
 PRIOR_WEIGHT_HOURS = 12.0
 HISTORY_DAYS = 7.0
+#: Prior outage lengths (exponential quantiles) used when the history holds few outages.
+PRIOR_OUTAGES = 8
+PRIOR_OUTAGE_MEAN_HOURS = 0.5
+#: Share of the expected slack needs of future outages kept in reserve.
+RESERVE_SHARE = 1.0
+
+
+def _runs(available: np.ndarray, value: bool) -> np.ndarray:
+    """Lengths (ticks) of the maximal runs of ``value`` in ``available``."""
+    x = np.concatenate([[False], available == value, [False]]).astype(np.int8)
+    edges = np.flatnonzero(np.diff(x))
+    return (edges[1::2] - edges[::2]).astype(np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneModel:
+    """What the zone's history says: preemptions per spot hour and outage lengths (hours)."""
+
+    rate_per_hour: float
+    outages_hours: np.ndarray
+
+    @classmethod
+    def from_history(cls, available: np.ndarray, gap_hours: float) -> ZoneModel:
+        """Estimates from a window of availability, shrunk towards the prior when short."""
+        up_hours = float(available[:-1].sum()) * gap_hours if len(available) > 1 else 0.0
+        drops = int((available[:-1] & ~available[1:]).sum()) if len(available) > 1 else 0
+        rate = (drops + PRIOR_RATE_PER_HOUR * PRIOR_WEIGHT_HOURS) / (up_hours + PRIOR_WEIGHT_HOURS)
+        outages = _runs(available, False)
+        if len(available) and not available[0]:
+            outages = outages[1:]  # the first outage is censored at the window start
+        if len(available) and not available[-1] and len(outages):
+            outages = outages[:-1]  # so is the one still going on
+        outages = outages * gap_hours
+        if len(outages) < PRIOR_OUTAGES:
+            prior = -PRIOR_OUTAGE_MEAN_HOURS * np.log(
+                1 - (np.arange(PRIOR_OUTAGES) + 0.5) / PRIOR_OUTAGES
+            )
+            outages = np.concatenate([outages, prior[: PRIOR_OUTAGES - len(outages)]])
+        return cls(rate, np.sort(outages))
+
+    def bridge_plan(self, d: float) -> tuple[float, float]:
+        """The wait ``τ`` before bridging an outage on on-demand that minimises the expected
+        slack an outage costs, ``E[min(L, τ)] + 2d·P(L > τ)``, and that expected cost."""
+        o = self.outages_hours
+        taus = np.concatenate([[0.0], o])
+        cost = np.array([np.minimum(o, t).mean() + 2 * d * (o > t).mean() for t in taus])
+        k = int(np.argmin(cost))
+        return float(taus[k]), float(cost[k])
 
 
 @dataclass(slots=True)
@@ -55,7 +103,12 @@ class DefaultDecider:
 
     job: SpotJob
     window_ticks: int
+    zone: ZoneModel
     stats: _Stats = field(default_factory=_Stats)
+    plan: tuple[float, float] = (0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        self.plan = self.zone.bridge_plan(self.job.changeover_hours)
 
     def _rate_per_hour(self, obs: Observation) -> float:
         """Preemptions per hour on spot, from the window before now, with the prior."""
@@ -105,15 +158,16 @@ class DefaultDecider:
             return Mode.ON_DEMAND
         if slack < 2 * d + g - 1e-9:
             return Mode.ON_DEMAND  # the safety net: slack is down to one fallback
-        reserve = 2 * d * rate * obs.remaining_work_hours + 2 * d + g
+        tau, per_outage = self.plan
+        reserve = RESERVE_SHARE * rate * obs.remaining_work_hours * per_outage + 2 * d + g
         if obs.spot_available:  # spot dearer than on-demand, or no slack to try it
-            return Mode.ON_DEMAND if slack < reserve or p_spot >= p_od else Mode.IDLE
-        if obs.mode is Mode.ON_DEMAND:
             return Mode.ON_DEMAND
-        outage_hours = (obs.tick - (self.stats.outage_start or obs.tick)) * g
-        if slack > reserve or outage_hours + g < 2 * d:
+        if obs.mode is Mode.ON_DEMAND:
+            return Mode.IDLE if slack > reserve + 2 * d else Mode.ON_DEMAND
+        if slack > reserve:
             return Mode.IDLE
-        return Mode.ON_DEMAND
+        outage_hours = (obs.tick - (self.stats.outage_start or obs.tick)) * g
+        return Mode.IDLE if outage_hours < tau else Mode.ON_DEMAND
 
 
 class Default:
@@ -124,4 +178,5 @@ class Default:
     def prepare(self, job: SpotJob, history: Market) -> Decider:
         """A decider with a rolling window of ``HISTORY_DAYS`` of availability."""
         window = max(2, int(HISTORY_DAYS * 24 / history.gap_hours))
-        return DefaultDecider(job, window)
+        zone = ZoneModel.from_history(history.available[-window:], history.gap_hours)
+        return DefaultDecider(job, window, zone)

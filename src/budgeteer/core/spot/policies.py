@@ -87,8 +87,8 @@ class UniformProgress:
         rate = job.work_hours / job.deadline_hours
         if obs.mode is Mode.SPOT:
             return Mode.SPOT
-        if _guard(obs) or obs.remaining_time_hours < obs.remaining_work_hours + 2 * d:
-            return Mode.ON_DEMAND if obs.mode is not Mode.SPOT else Mode.SPOT
+        if _guard(obs):  # safety net: remaining time < remaining work + 2d
+            return Mode.ON_DEMAND
         if obs.mode is Mode.ON_DEMAND and obs.done_hours < rate * (obs.elapsed_hours + 2 * d):
             return Mode.ON_DEMAND
         if obs.spot_available:

@@ -59,6 +59,12 @@ class Market:
     def __len__(self) -> int:
         return len(self.available)
 
+    def until(self, tick: int) -> Market:
+        """The market as observed up to and including ``tick`` (what an online policy may see)."""
+        return Market(
+            self.available[: tick + 1], self.spot_usd_per_hour[: tick + 1], self.gap_hours
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Observation:
