@@ -1,11 +1,12 @@
 """Switch rules and the preemption fallback, as data evaluated by the core.
 
 A switch rule reads "after ``after_hours``, if progress is below ``if_progress_below``, run on
-``then``": e.g. ``{after: 90m, if_progress_below: 0.5, then: on_demand}`` for a 4 h SLA. Rules
-are checked every tick (a rule holds while its condition does). The preemption fallback sends a
-job to on-demand for the rest of its run once it has been preempted ``max_preemptions`` times.
-Rules and fallback wrap any policy; the policy's own safety net stays in force underneath, and a
-rule can only ask for on-demand (never for a riskier market), so the deadline guarantee holds.
+``then``": e.g. ``{after: 90m, if_progress_below: 0.5, then: on_demand}`` for a 4 h SLA.
+Rules are checked every tick and, once one fires, the job stays on on-demand. The preemption
+fallback sends a job to on-demand for the rest of its run once it has been preempted
+``max_preemptions`` times. Rules and fallback wrap any policy; the policy's own safety net stays
+in force underneath, and a rule can only ask for on-demand (never for a riskier market), so the
+deadline guarantee holds.
 """
 
 from __future__ import annotations
@@ -69,19 +70,27 @@ def rules_for(tier: Tier, job_rules: RuleSet | None, tier_rules: Mapping[Tier, R
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WithRules:
-    """A decider wrapped with switch rules and the preemption fallback."""
+    """A decider wrapped with switch rules and the preemption fallback, for one run.
+
+    Once a rule fires (or the preemption limit is reached) the job stays on on-demand for the
+    rest of the run: ``fired_at`` latches the tick, a function of the observations so far.
+    """
 
     inner: Decider
     ruleset: RuleSet
+    fired_at: int | None = None
 
     def decide(self, obs: Observation) -> Mode:
-        """On-demand when a rule fires or the preemption limit is reached, else the policy."""
+        """On-demand once a rule has fired or the preemption limit is reached, else the policy."""
         limit = self.ruleset.max_preemptions
-        if limit is not None and obs.preemptions >= limit:
-            return Mode.ON_DEMAND
-        if any(rule.fires(obs) for rule in self.ruleset.rules):
+        if self.fired_at is None and (
+            (limit is not None and obs.preemptions >= limit)
+            or any(rule.fires(obs) for rule in self.ruleset.rules)
+        ):
+            self.fired_at = obs.tick
+        if self.fired_at is not None:
             return Mode.ON_DEMAND
         return self.inner.decide(obs)
 
