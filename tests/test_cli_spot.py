@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,9 +11,24 @@ from test_cli import budgeteer
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "spot-traces/availability/1-node/aws-02-15-2023/us-east-1f_v100_1.json"
 PRICES = DATA / "spot-prices/v100_spot_prices.json"
-BASE = ("bench", "deadline-spot", "--trace", str(TRACE), "--prices", str(PRICES), "--price-key",
-        "us-east-1f_v100_1", "--on-demand-price", "3.06", "--job-hours", "48",
-        "--deadline-hours", "60", "--overhead-hours", "0.2")
+BASE = (
+    "bench",
+    "deadline-spot",
+    "--trace",
+    str(TRACE),
+    "--prices",
+    str(PRICES),
+    "--price-key",
+    "us-east-1f_v100_1",
+    "--on-demand-price",
+    "3.06",
+    "--job-hours",
+    "48",
+    "--deadline-hours",
+    "60",
+    "--overhead-hours",
+    "0.2",
+)
 
 
 def test_deadline_spot_json_contract() -> None:
@@ -26,7 +42,7 @@ def test_deadline_spot_json_contract() -> None:
         assert run["met_deadline"] is True
         assert run["decisions"][0][0] == run["start_tick"]
         modes = [m for _, m in run["decisions"]]
-        assert all(a != b for a, b in zip(modes, modes[1:], strict=False))
+        assert all(a != b for a, b in itertools.pairwise(modes))
         assert 0 < run["cost"] < 48 * 3.06 * 1.1
 
 
@@ -36,8 +52,9 @@ def test_optimal_costs_no_more_than_on_demand_and_samples_are_seeded() -> None:
         out = budgeteer(*BASE, "--samples", "2", "--seed", "7", "--policy", policy, "--json")
         assert out.returncode == 0, out.stderr
         runs[policy] = json.loads(out.stdout)["runs"]
-    assert [r["start_tick"] for r in runs["optimal"]] == [r["start_tick"] for r in
-                                                          runs["on-demand"]]
+    assert [r["start_tick"] for r in runs["optimal"]] == [
+        r["start_tick"] for r in runs["on-demand"]
+    ]
     for opt, od in zip(runs["optimal"], runs["on-demand"], strict=True):
         assert opt["cost"] <= od["cost"]
         assert od["cost"] > 48 * 3.06  # the changeover is paid too

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from budgeteer.core.spot.model import Default
+from budgeteer.core.spot.mdp import Default
 from budgeteer.core.spot.optimal import optimal_decisions
 from budgeteer.core.spot.policies import Greedy, OnDemand, UniformProgress
 from budgeteer.core.spot.replay import (

@@ -14,7 +14,7 @@ remaining − changeover left):
   and stays there to the end even though spot came back at 5.5.
 - ``uniform-progress``: keeps done work near the uniform line C·t/R: idle and behind → on-demand,
   and on-demand until ahead of the line 2d from now (hysteresis); spot whenever available.
-- ``default``: see :mod:`budgeteer.core.spot.model`.
+- ``default``: see :mod:`budgeteer.core.spot.mdp`.
 """
 
 from __future__ import annotations
