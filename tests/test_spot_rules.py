@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 
+from budgeteer.core import Policy
 from budgeteer.core.spot import Market, Mode, SpotJob, replay
 from budgeteer.core.spot.bids import bid_for
 from budgeteer.core.spot.replay import Observation
-from budgeteer.core.spot.rules import RuleSet, SwitchRule, WithRules, parse_rules, rules_for
+from budgeteer.core.spot.rules import RuleSet, WithRules, job_rules, rules_for
+from budgeteer.domain.job import SpotSettings, SwitchRule
 from budgeteer.domain.tier import Tier
-from budgeteer.errors import SpecError
+from budgeteer.errors import SpecErrors
+from budgeteer.spec import JobSpec, job_from_spec
+from builders import make_job
 
 
 class SpotWhenUp:
@@ -42,25 +49,39 @@ def test_switch_rule_after_90_minutes_under_half_done() -> None:
     assert r.met_deadline
 
 
-def test_parse_rules_from_spec_data() -> None:
-    rules = parse_rules([{"after": "90m", "if_progress_below": 0.5, "then": "on_demand"}])
-    assert rules == (SwitchRule(1.5, 0.5, Mode.ON_DEMAND),)
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+BASE = {"name": "a", "team": "t", "priority": "P1", "work": {"reference_hours": 1}}
+
+
+def test_switch_rules_come_from_the_job_spec() -> None:
+    spec = JobSpec.parse(
+        {
+            **BASE,
+            "spot": {
+                "max_preemptions": 2,
+                "switch_rules": [{"after": "90m", "if_progress_below": 0.5, "then": "on_demand"}],
+            },
+        }
+    )
+    job = job_from_spec(spec, job_id="a", now=NOW, seq=0, known_accelerators=["A100"])
+    assert job.spot.switch_rules == (SwitchRule(1.5, 0.5),)
+    assert job_rules(job, {}) == RuleSet((SwitchRule(1.5, 0.5),), 2)
 
 
 @pytest.mark.parametrize(
-    ("raw", "field"),
+    ("rule", "field"),
     [
-        ({"after": "soon", "if_progress_below": 0.5}, "switch_rules[0].after"),
-        ({"after": "1h", "if_progress_below": 1.5}, "switch_rules[0].if_progress_below"),
-        ({"after": "1h", "if_progress_below": "half"}, "switch_rules[0].if_progress_below"),
-        ({"after": "1h", "if_progress_below": 0.5, "then": "spot"}, "switch_rules[0].then"),
-        ({"after": "1h", "if_progress_below": 0.5, "when": 1}, "switch_rules[0].when"),
+        ({"after": "soon", "if_progress_below": 0.5}, "spot.switch_rules[0].after"),
+        ({"after": "1h", "if_progress_below": 1.5}, "spot.switch_rules[0].if_progress_below"),
+        ({"after": "1h", "if_progress_below": "half"}, "spot.switch_rules[0].if_progress_below"),
+        ({"after": "1h", "if_progress_below": 0.5, "then": "spot"}, "spot.switch_rules[0].then"),
+        ({"after": "1h", "if_progress_below": 0.5, "when": 1}, "spot.switch_rules[0].when"),
     ],
 )
-def test_bad_rules_name_the_field(raw: dict[str, object], field: str) -> None:
-    with pytest.raises(SpecError) as err:
-        parse_rules([raw])
-    assert err.value.field == field
+def test_bad_rules_name_the_field(rule: dict[str, object], field: str) -> None:
+    with pytest.raises(SpecErrors) as err:
+        JobSpec.parse({**BASE, "spot": {"switch_rules": [rule]}})
+    assert field in {e.field for e in err.value.errors}
 
 
 def test_job_rules_override_tier_rules() -> None:
@@ -83,3 +104,12 @@ def test_bid_is_a_scaled_quantile_capped_at_on_demand() -> None:
     capped = bid_for(Tier.P0, prices, avail, 1.0, on_demand_usd_per_hour=3.0)
     assert capped.max_usd_per_hour == 3.0
     assert capped.capped_at_on_demand
+
+
+def test_policy_carries_tier_rules_that_jobs_override() -> None:
+    policy = Policy(spot_rules=((Tier.P1, RuleSet((SwitchRule(2, 0.3),), 4)),))
+    plain = make_job(tier=Tier.P1)
+    assert policy.spot_rules_for(plain) == RuleSet((SwitchRule(2, 0.3),), 4)
+    own = dataclasses.replace(plain, spot=SpotSettings(max_preemptions=1))
+    assert policy.spot_rules_for(own) == RuleSet((SwitchRule(2, 0.3),), 1)
+    assert policy.spot_rules_for(make_job(tier=Tier.P3)).max_preemptions == 10

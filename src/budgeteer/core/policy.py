@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from budgeteer.core.spot.rules import RuleSet, job_rules
+from budgeteer.domain.job import Job
+from budgeteer.domain.tier import Tier
+
 
 class SolverChoice(StrEnum):
     """How placements are chosen jointly: ``auto`` uses the MILP when the problem is small
@@ -24,6 +28,7 @@ class Policy:
     ``inter_node_efficiency_per_doubling``. Spot plans must meet the deadline with
     ``spot_deadline_sigmas`` standard deviations of runtime to spare, and are not considered when
     expected preemption overhead would inflate runtime by more than ``max_spot_inflation``.
+    ``spot_rules`` gives switch rules and preemption limits per tier (jobs may override them).
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -37,6 +42,11 @@ class Policy:
     solver: SolverChoice = SolverChoice.AUTO
     milp_max_variables: int = 4000
     milp_time_limit_seconds: float = 2.0
+    spot_rules: tuple[tuple[Tier, RuleSet], ...] = ()
+
+    def spot_rules_for(self, job: Job) -> RuleSet:
+        """Switch rules and preemption limit for ``job``: its own over its tier's."""
+        return job_rules(job, dict(self.spot_rules))
 
     def team_weight(self, team: str) -> float:
         """The fair-share weight of ``team`` (1.0 unless configured)."""

@@ -109,11 +109,23 @@ class Work:
 
 
 @dataclass(frozen=True, slots=True)
+class SwitchRule:
+    """ "After ``after_hours`` from the start, if done/total < ``if_progress_below``, go
+    ``then``" (only ``on_demand``), e.g. after 1.5 h under 0.5 done → on-demand for good."""
+
+    after_hours: float
+    if_progress_below: float
+    then: str = "on_demand"
+
+
+@dataclass(frozen=True, slots=True)
 class SpotSettings:
-    """Whether the job may run on spot capacity, and after how many preemptions it stops trying."""
+    """Whether the job may run on spot capacity, after how many preemptions it stops trying,
+    and its own switch rules (its tier's apply where it gives none)."""
 
     allowed: bool = True
     max_preemptions: int | None = None
+    switch_rules: tuple[SwitchRule, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from budgeteer.domain.job import (
     Job,
     Resources,
     SpotSettings,
+    SwitchRule,
     Work,
 )
 from budgeteer.domain.tier import Tier
@@ -112,11 +113,27 @@ class DependencySpec(_Strict):
     on: Literal["success", "any", "failure"] = "success"
 
 
+class SwitchRuleSpec(_Strict):
+    """``{after: 90m, if_progress_below: 0.5, then: on_demand}``."""
+
+    after: str
+    if_progress_below: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    then: Literal["on_demand"] = "on_demand"
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
 class SpotSpec(_Strict):
-    """Spot eligibility and the preemption count after which the job goes on-demand."""
+    """Spot eligibility, the preemption count after which the job goes on-demand, and switch
+    rules."""
 
     allowed: bool = True
     max_preemptions: Annotated[int, Field(ge=0, le=1000)] | None = None
+    switch_rules: list[SwitchRuleSpec] = Field(default_factory=list, max_length=16)
 
 
 class StrategySpec(_Strict):
@@ -274,7 +291,14 @@ def job_from_spec(
         deadline=deadline,
         budget_usd=float(spec.budget_usd) if spec.budget_usd is not None else None,
         depends_on=tuple(deps),
-        spot=SpotSettings(allowed=spec.spot.allowed, max_preemptions=spec.spot.max_preemptions),
+        spot=SpotSettings(
+            allowed=spec.spot.allowed,
+            max_preemptions=spec.spot.max_preemptions,
+            switch_rules=tuple(
+                SwitchRule(parse_duration(r.after).total_seconds() / 3600, r.if_progress_below)
+                for r in spec.spot.switch_rules
+            ),
+        ),
         incremental_reference_hours=(
             spec.strategy.incremental_reference_hours if spec.strategy else None
         ),

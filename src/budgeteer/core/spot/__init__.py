@@ -17,7 +17,8 @@ from budgeteer.core.spot.replay import (
     SpotJob,
     replay,
 )
-from budgeteer.core.spot.rules import RuleSet, SwitchRule, WithRules
+from budgeteer.core.spot.rules import RuleSet, WithRules, job_rules
+from budgeteer.domain.job import SwitchRule
 from budgeteer.errors import SpecError
 
 ONLINE_POLICIES: dict[str, Callable[[], Default | Greedy | OnDemand | UniformProgress]] = {
@@ -55,6 +56,7 @@ __all__ = [
     "RunResult",
     "SpotJob",
     "SwitchRule",
+    "job_rules",
     "optimal_decisions",
     "replay",
     "run_policy",

@@ -11,35 +11,18 @@ deadline guarantee holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from budgeteer.core.spot.replay import Decider, Mode, Observation
+from budgeteer.domain.job import Job, SwitchRule
 from budgeteer.domain.tier import Tier
-from budgeteer.errors import SpecError
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchRule:
-    """After ``after_hours`` from the start, while done/total < ``if_progress_below``, use
-    ``then``."""
-
-    after_hours: float
-    if_progress_below: float
-    then: Mode = Mode.ON_DEMAND
-
-    def __post_init__(self) -> None:
-        if self.after_hours < 0:
-            raise SpecError("after", "must not be negative")
-        if not 0 < self.if_progress_below <= 1:
-            raise SpecError("if_progress_below", "must be in (0, 1]")
-        if self.then is not Mode.ON_DEMAND:
-            raise SpecError("then", "a rule can only switch to on_demand")
-
-    def fires(self, obs: Observation) -> bool:
-        """True when this rule's condition holds at ``obs``."""
-        progress = obs.done_hours / obs.job.work_hours
-        return obs.elapsed_hours >= self.after_hours and progress < self.if_progress_below
+def fires(rule: SwitchRule, obs: Observation) -> bool:
+    """True when ``rule``'s condition holds at ``obs``."""
+    progress = obs.done_hours / obs.job.work_hours
+    return obs.elapsed_hours >= rule.after_hours and progress < rule.if_progress_below
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +37,23 @@ class RuleSet:
 DEFAULT_MAX_PREEMPTIONS: Mapping[Tier, int] = {Tier.P0: 2, Tier.P1: 3, Tier.P2: 5, Tier.P3: 10}
 
 
-def rules_for(tier: Tier, job_rules: RuleSet | None, tier_rules: Mapping[Tier, RuleSet]) -> RuleSet:
+def rules_for(tier: Tier, own: RuleSet | None, tier_rules: Mapping[Tier, RuleSet]) -> RuleSet:
     """The rules in force for a job: its own where given, else its tier's, else the default
     preemption limit of its tier."""
     base = tier_rules.get(tier, RuleSet(max_preemptions=DEFAULT_MAX_PREEMPTIONS[tier]))
-    if job_rules is None:
+    if own is None:
         return base
     return RuleSet(
-        rules=job_rules.rules or base.rules,
+        rules=own.rules or base.rules,
         max_preemptions=(
-            job_rules.max_preemptions
-            if job_rules.max_preemptions is not None
-            else base.max_preemptions
+            own.max_preemptions if own.max_preemptions is not None else base.max_preemptions
         ),
     )
+
+
+def job_rules(job: Job, tier_rules: Mapping[Tier, RuleSet]) -> RuleSet:
+    """The rules in force for ``job`` (its spot settings over its tier's)."""
+    return rules_for(job.tier, RuleSet(job.spot.switch_rules, job.spot.max_preemptions), tier_rules)
 
 
 @dataclass(slots=True)
@@ -87,38 +73,9 @@ class WithRules:
         limit = self.ruleset.max_preemptions
         if self.fired_at is None and (
             (limit is not None and obs.preemptions >= limit)
-            or any(rule.fires(obs) for rule in self.ruleset.rules)
+            or any(fires(rule, obs) for rule in self.ruleset.rules)
         ):
             self.fired_at = obs.tick
         if self.fired_at is not None:
             return Mode.ON_DEMAND
         return self.inner.decide(obs)
-
-
-def parse_rules(
-    raw: Sequence[Mapping[str, object]], field: str = "switch_rules"
-) -> tuple[SwitchRule, ...]:
-    """Rules from spec data like ``[{after: 90m, if_progress_below: 0.5, then: on_demand}]``."""
-    from budgeteer.spec.job import parse_duration  # noqa: PLC0415 - the spec layer owns durations
-
-    out = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        unknown = set(item) - {"after", "if_progress_below", "then"}
-        if unknown:
-            raise SpecError(f"{where}.{sorted(unknown)[0]}", "unknown field")
-        try:
-            after = parse_duration(str(item.get("after", "0s"))).total_seconds() / 3600
-        except ValueError as exc:
-            raise SpecError(f"{where}.after", str(exc)) from None
-        below = item.get("if_progress_below")
-        if not isinstance(below, int | float) or isinstance(below, bool):
-            raise SpecError(f"{where}.if_progress_below", "must be a number in (0, 1]")
-        then = str(item.get("then", "on_demand"))
-        if then != Mode.ON_DEMAND.value:
-            raise SpecError(f"{where}.then", "a rule can only switch to on_demand")
-        try:
-            out.append(SwitchRule(after, float(below), Mode.ON_DEMAND))
-        except SpecError as exc:
-            raise SpecError(f"{where}.{exc.field}", exc.problem) from None
-    return tuple(out)
