@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_AT ?= 2026-12-02T09:00:00Z
 
-.PHONY: demo test lint types unit bench constraints clean
+.PHONY: demo test lint types unit bench bench-spot constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cycle.py
+
+bench-spot: $(STAMP)
+	$(BIN)/budgeteer bench deadline-spot-suite
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: $(STAMP)

@@ -206,11 +206,13 @@ class MdpDecider:
     start_tick: int
 
     def _availability_state(self, obs: Observation) -> int:
-        h = obs.history
+        t = self.table
+        oldest = t.availability.bucket_steps[-1] * t.step_ticks + 2
+        h = obs.history[-int(oldest) - 1 :]
         now = bool(h[-1])
         changes = np.flatnonzero(h[:-1] != h[1:])
         age_ticks = len(h) - 1 - int(changes[-1]) - 1 if len(changes) else len(h) - 1
-        return self.table.availability.state_of(now, age_ticks / self.table.step_ticks)
+        return t.availability.state_of(now, age_ticks / t.step_ticks)
 
     def decide(self, obs: Observation) -> Mode:
         """The table's action, overridden only where it would endanger the deadline."""
@@ -243,20 +245,25 @@ class Default:
 
     def prepare(self, job: SpotJob, history: Market) -> Decider:
         """Estimate availability, pick the step, solve."""
-        g = history.gap_hours
-        window = max(2, int(HISTORY_DAYS * 24 / g))
-        d_ticks = max(1, round(job.changeover_hours / g))
-        k = max(1, round(d_ticks / 4))
-        step_h = k * g
-        avail = estimate_availability(history.available[-window:], g, k, job.changeover_hours)
-        price = float(history.spot_usd_per_hour[-1]) if len(history) else INF
-        table = solve(
-            work_steps=job.work_hours / step_h,
-            max_lag=max(0, math.floor((job.deadline_hours - job.work_hours) / step_h + 1e-9)),
-            changeover_steps=max(1, round(job.changeover_hours / step_h)),
-            spot_cost=price * step_h,
-            od_cost=job.on_demand_usd_per_hour * step_h,
-            avail=avail,
-            step_ticks=k,
-        )
-        return MdpDecider(job, table, len(history) - 1)
+        start = len(history) - 1
+        return MdpDecider(job, _table(job, history), start)
+
+
+def _table(job: SpotJob, history: Market) -> Table:
+    """The MDP table for ``job`` starting now, from ``history`` (everything up to now)."""
+    g = history.gap_hours
+    window = max(2, int(HISTORY_DAYS * 24 / g))
+    d_ticks = max(1, round(job.changeover_hours / g))
+    k = max(1, round(d_ticks / 4))
+    step_h = k * g
+    avail = estimate_availability(history.available[-window:], g, k, job.changeover_hours)
+    price = float(history.spot_usd_per_hour[-1]) if len(history) else INF
+    return solve(
+        work_steps=job.work_hours / step_h,
+        max_lag=max(0, math.floor((job.deadline_hours - job.work_hours) / step_h + 1e-9)),
+        changeover_steps=max(1, round(job.changeover_hours / step_h)),
+        spot_cost=price * step_h,
+        od_cost=job.on_demand_usd_per_hour * step_h,
+        avail=avail,
+        step_ticks=k,
+    )
