@@ -1,0 +1,132 @@
+"""The ``Store`` port: what the service keeps durably, and the records it keeps.
+
+Contract (every implementation passes ``tests/test_store_contract.py``):
+
+- ``submit`` stores a batch of jobs and their ``submitted`` events atomically; with an
+  idempotency key, a retry with the same request returns the same job ids (``replayed``) and a
+  different request under the same key raises :class:`IdempotencyConflict`; nothing is written.
+- ``transition`` appends an event and moves the job's state in one atomic step, only along the
+  lifecycle table (:class:`~budgeteer.domain.lifecycle.IllegalTransition` otherwise, nothing
+  written); the state is always the fold of the events.
+- Ledger amounts are exact ``Decimal``; an entry is identified by (attempt, interval start), so
+  recording the same interval twice is a no-op, never a double charge.
+- Unknown ids raise :class:`UnknownJob`. Errors are final (``transient = False``) unless the
+  implementation marks them otherwise (a lost database connection is transient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.lifecycle import JobEvent
+from budgeteer.errors import BudgeteerError
+
+
+class UnknownJob(BudgeteerError):
+    """No job (or attempt) with this id."""
+
+
+class IdempotencyConflict(BudgeteerError):
+    """The idempotency key was used before with a different request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """The ids of a submitted batch, and whether this was a replay of an earlier request."""
+
+    job_ids: tuple[str, ...]
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try at running a job on a backend: where, on what market, and how it ended."""
+
+    id: int
+    job_id: str
+    number: int
+    backend: str
+    offering_id: str
+    market: str
+    instance_ids: tuple[str, ...]
+    started_at: datetime
+    ended_at: datetime | None = None
+    exit_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """Money spent by one attempt over ``[start, end)`` at a price with its source (exact)."""
+
+    attempt_id: int
+    job_id: str
+    start: datetime
+    end: datetime
+    usd_per_hour: Decimal
+    amount_usd: Decimal
+    price_source: str
+
+
+class Store(Protocol):
+    """Durable jobs, events, attempts and ledger (see the module docstring for the contract)."""
+
+    def submit(
+        self,
+        jobs: Sequence[Job],
+        *,
+        at: datetime,
+        idempotency_key: str | None = None,
+        request_hash: str = "",
+    ) -> Submission:
+        """Store ``jobs`` with their ``submitted`` events, atomically and idempotently."""
+        ...
+
+    def job(self, job_id: str) -> Job:
+        """The job with its current state; raises :class:`UnknownJob`."""
+        ...
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """All jobs (in submission order), or those in ``states``."""
+        ...
+
+    def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
+        """Move the job along the lifecycle, appending the event; atomic."""
+        ...
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """The job's events in order."""
+        ...
+
+    def start_attempt(
+        self,
+        job_id: str,
+        *,
+        backend: str,
+        offering_id: str,
+        market: str,
+        instance_ids: Sequence[str],
+        at: datetime,
+    ) -> Attempt:
+        """Record a new attempt (numbered from 1 per job)."""
+        ...
+
+    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
+        """Record how an attempt ended; ending it again with the same outcome is a no-op."""
+        ...
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """The job's attempts in order."""
+        ...
+
+    def add_ledger_entry(self, entry: LedgerEntry) -> bool:
+        """Record spend; ``False`` when this (attempt, start) was already recorded."""
+        ...
+
+    def ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
+        """Ledger entries (of one job, or all), by start time."""
+        ...

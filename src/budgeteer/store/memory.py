@@ -1,0 +1,155 @@
+"""The in-memory reference store: the contract in its plainest form (tests, simulations)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.lifecycle import JobEvent, check_transition
+from budgeteer.store.base import (
+    Attempt,
+    IdempotencyConflict,
+    LedgerEntry,
+    Submission,
+    UnknownJob,
+)
+
+
+class MemoryStore:
+    """Implements :class:`~budgeteer.store.base.Store` in process memory, thread-safely."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+        self._events: dict[str, list[JobEvent]] = {}
+        self._keys: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._attempts: list[Attempt] = []
+        self._ledger: dict[tuple[int, datetime], LedgerEntry] = {}
+
+    def submit(
+        self,
+        jobs: Sequence[Job],
+        *,
+        at: datetime,
+        idempotency_key: str | None = None,
+        request_hash: str = "",
+    ) -> Submission:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if idempotency_key is not None and idempotency_key in self._keys:
+                known_hash, ids = self._keys[idempotency_key]
+                if known_hash != request_hash:
+                    raise IdempotencyConflict(
+                        f"idempotency key {idempotency_key!r} was used with a different request"
+                    )
+                return Submission(ids, replayed=True)
+            clash = [j.id for j in jobs if j.id in self._jobs]
+            if clash:
+                raise IdempotencyConflict(f"job id {clash[0]!r} exists already")
+            for job in jobs:
+                check_transition(job.id, None, JobState.SUBMITTED)
+            for job in jobs:
+                self._jobs[job.id] = dataclasses.replace(job, state=JobState.SUBMITTED)
+                self._events[job.id] = [
+                    JobEvent(job.id, 0, at, None, JobState.SUBMITTED, "submitted")
+                ]
+            ids = tuple(j.id for j in jobs)
+            if idempotency_key is not None:
+                self._keys[idempotency_key] = (request_hash, ids)
+            return Submission(ids, replayed=False)
+
+    def job(self, job_id: str) -> Job:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job {job_id!r}")
+            return self._jobs[job_id]
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        wanted = set(states) if states is not None else None
+        with self._lock:
+            return [j for j in self._jobs.values() if wanted is None or j.state in wanted]
+
+    def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job {job_id!r}")
+            job = self._jobs[job_id]
+            check_transition(job_id, job.state, to_state)
+            event = JobEvent(job_id, len(self._events[job_id]), at, job.state, to_state, cause)
+            self._events[job_id].append(event)
+            self._jobs[job_id] = dataclasses.replace(job, state=to_state)
+            return event
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._events:
+                raise UnknownJob(f"no job {job_id!r}")
+            return list(self._events[job_id])
+
+    def start_attempt(
+        self,
+        job_id: str,
+        *,
+        backend: str,
+        offering_id: str,
+        market: str,
+        instance_ids: Sequence[str],
+        at: datetime,
+    ) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job {job_id!r}")
+            number = 1 + sum(a.job_id == job_id for a in self._attempts)
+            attempt = Attempt(
+                len(self._attempts) + 1,
+                job_id,
+                number,
+                backend,
+                offering_id,
+                market,
+                tuple(instance_ids),
+                at,
+            )
+            self._attempts.append(attempt)
+            return attempt
+
+    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if not 1 <= attempt_id <= len(self._attempts):
+                raise UnknownJob(f"no attempt {attempt_id}")
+            attempt = self._attempts[attempt_id - 1]
+            if attempt.ended_at is None:
+                attempt = dataclasses.replace(attempt, ended_at=at, exit_reason=exit_reason)
+                self._attempts[attempt_id - 1] = attempt
+            return attempt
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [a for a in self._attempts if a.job_id == job_id]
+
+    def add_ledger_entry(self, entry: LedgerEntry) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if not 1 <= entry.attempt_id <= len(self._attempts):
+                raise UnknownJob(f"no attempt {entry.attempt_id}")
+            key = (entry.attempt_id, entry.start)
+            if key in self._ledger:
+                return False
+            self._ledger[key] = entry
+            return True
+
+    def ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            rows = [e for e in self._ledger.values() if job_id is None or e.job_id == job_id]
+        return sorted(rows, key=lambda e: (e.start, e.attempt_id))

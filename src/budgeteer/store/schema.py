@@ -1,0 +1,138 @@
+"""Tables of the SQL store (SQLAlchemy Core). The Alembic migrations create exactly these.
+
+Money columns are exact: ``NUMERIC(20, 8)`` on PostgreSQL, decimal text on SQLite (whose
+NUMERIC would round through a binary float). Times are stored in UTC and read back aware.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+
+class ExactDecimal(TypeDecorator[Decimal]):
+    """Decimal without binary floats on any backend."""
+
+    impl = sa.Numeric(20, 8)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.String(48))
+        return dialect.type_descriptor(sa.Numeric(20, 8, asdecimal=True))
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Decimal):
+            raise TypeError(f"money must be a Decimal, got {type(value).__name__}")
+        return str(value) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
+        return None if value is None else Decimal(str(value))
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware datetimes stored as UTC."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: times must carry a time zone")
+        return (
+            value.astimezone(UTC).replace(tzinfo=None)
+            if dialect.name == "sqlite"
+            else (value.astimezone(UTC))
+        )
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("team", sa.String(64), nullable=False, index=True),
+    sa.Column("state", sa.String(32), nullable=False, index=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("submitted_at", UtcDateTime, nullable=False),
+)
+
+job_events = sa.Table(
+    "job_events",
+    metadata,
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.id"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("from_state", sa.String(32)),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("cause", sa.Text, nullable=False),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("request_hash", sa.String(128), nullable=False),
+    sa.Column("job_ids", sa.JSON, nullable=False),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("backend", sa.String(64), nullable=False),
+    sa.Column("offering_id", sa.String(255), nullable=False),
+    sa.Column("market", sa.String(32), nullable=False),
+    sa.Column("instance_ids", sa.JSON, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("ended_at", UtcDateTime),
+    sa.Column("exit_reason", sa.Text),
+    sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
+)
+
+ledger_entries = sa.Table(
+    "ledger_entries",
+    metadata,
+    sa.Column("attempt_id", sa.Integer, sa.ForeignKey("attempts.id"), primary_key=True),
+    sa.Column("start", UtcDateTime, primary_key=True),
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("end", UtcDateTime, nullable=False),
+    sa.Column("usd_per_hour", ExactDecimal, nullable=False),
+    sa.Column("amount_usd", ExactDecimal, nullable=False),
+    sa.Column("price_source", sa.Text, nullable=False),
+)
+
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+)
+
+price_observations = sa.Table(
+    "price_observations",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("offering_id", sa.String(255), nullable=False, index=True),
+    sa.Column("usd_per_hour", ExactDecimal, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("observed_at", UtcDateTime, nullable=False),
+)

@@ -1,0 +1,364 @@
+"""The SQL store: SQLite (WAL, the embedded default) or PostgreSQL, through SQLAlchemy 2.
+
+The schema comes from the Alembic migrations in ``migrations/`` (run on open). Every method is
+one transaction. On SQLite, writers take the lock up front (``BEGIN IMMEDIATE``) and wait for it
+(``busy_timeout``); on PostgreSQL, a transition locks the job's row (``SELECT … FOR UPDATE``).
+A lost connection or a lock timeout is reported as transient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.lifecycle import JobEvent, check_transition
+from budgeteer.errors import BudgeteerError
+from budgeteer.store import schema as t
+from budgeteer.store.base import (
+    Attempt,
+    IdempotencyConflict,
+    LedgerEntry,
+    Submission,
+    UnknownJob,
+)
+from budgeteer.store.codec import job_from_dict, job_to_dict
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class StoreUnavailable(BudgeteerError):
+    """The database could not be reached or was locked for too long (retry later)."""
+
+    transient = True
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class SqlStore:
+    """Implements :class:`~budgeteer.store.base.Store` on SQLite or PostgreSQL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
+        if self.engine.dialect.name == "sqlite":
+            _sqlite_setup(self.engine)
+        try:
+            migrate(self.engine)
+        except sa.exc.OperationalError as exc:
+            raise StoreUnavailable(f"cannot open store {self.engine.url!r}: {exc.orig}") from exc
+
+    def close(self) -> None:
+        """Release the connections."""
+        self.engine.dispose()
+
+    def _tx(self) -> Any:
+        return self.engine.begin()
+
+    # -- jobs -------------------------------------------------------------------------------
+    def submit(
+        self,
+        jobs: Sequence[Job],
+        *,
+        at: datetime,
+        idempotency_key: str | None = None,
+        request_hash: str = "",
+    ) -> Submission:
+        """See :class:`~budgeteer.store.base.Store`."""
+        try:
+            with self._tx() as conn:
+                if idempotency_key is not None:
+                    known = conn.execute(
+                        sa.select(t.idempotency_keys).where(
+                            t.idempotency_keys.c.key == idempotency_key
+                        )
+                    ).first()
+                    if known is not None:
+                        return _replay(known, request_hash, idempotency_key)
+                ids = [j.id for j in jobs]
+                clash = conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id.in_(ids))).first()
+                if clash is not None:
+                    raise IdempotencyConflict(f"job id {clash.id!r} exists already")
+                for job in jobs:
+                    check_transition(job.id, None, JobState.SUBMITTED)
+                if jobs:
+                    conn.execute(
+                        t.jobs.insert(),
+                        [
+                            {
+                                "id": j.id,
+                                "seq": j.seq,
+                                "team": j.team,
+                                "state": "submitted",
+                                "spec": job_to_dict(j),
+                                "submitted_at": j.submitted_at,
+                            }
+                            for j in jobs
+                        ],
+                    )
+                    conn.execute(
+                        t.job_events.insert(),
+                        [
+                            {
+                                "job_id": j.id,
+                                "seq": 0,
+                                "at": at,
+                                "from_state": None,
+                                "to_state": "submitted",
+                                "cause": "submitted",
+                            }
+                            for j in jobs
+                        ],
+                    )
+                if idempotency_key is not None:
+                    conn.execute(
+                        t.idempotency_keys.insert().values(
+                            key=idempotency_key, request_hash=request_hash, job_ids=ids
+                        )
+                    )
+                return Submission(tuple(ids), replayed=False)
+        except sa.exc.IntegrityError:
+            if idempotency_key is None:
+                raise IdempotencyConflict("a job id in this batch exists already") from None
+            with self._tx() as conn:  # a concurrent retry with the same key won the race
+                known = conn.execute(
+                    sa.select(t.idempotency_keys).where(t.idempotency_keys.c.key == idempotency_key)
+                ).first()
+            if known is None:
+                raise IdempotencyConflict("a job id in this batch exists already") from None
+            return _replay(known, request_hash, idempotency_key)
+        except sa.exc.OperationalError as exc:
+            raise StoreUnavailable(str(exc.orig)) from exc
+
+    def job(self, job_id: str) -> Job:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.jobs).where(t.jobs.c.id == job_id)).first()
+        if row is None:
+            raise UnknownJob(f"no job {job_id!r}")
+        return job_from_dict(row.spec, JobState(row.state))
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.jobs).order_by(t.jobs.c.seq, t.jobs.c.id)
+        if states is not None:
+            query = query.where(t.jobs.c.state.in_([s.value for s in states]))
+        with self.engine.connect() as conn:
+            return [job_from_dict(r.spec, JobState(r.state)) for r in conn.execute(query)]
+
+    def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            query = sa.select(t.jobs.c.state).where(t.jobs.c.id == job_id)
+            if self.engine.dialect.name == "postgresql":
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if row is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            current = JobState(row.state)
+            check_transition(job_id, current, to_state)
+            seq = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t.job_events)
+                .where(t.job_events.c.job_id == job_id)
+            ).scalar_one()
+            conn.execute(
+                t.job_events.insert().values(
+                    job_id=job_id,
+                    seq=seq,
+                    at=at,
+                    from_state=current.value,
+                    to_state=to_state.value,
+                    cause=cause,
+                )
+            )
+            conn.execute(t.jobs.update().where(t.jobs.c.id == job_id).values(state=to_state.value))
+            return JobEvent(job_id, seq, at, current, to_state, cause)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            rows = conn.execute(
+                sa.select(t.job_events)
+                .where(t.job_events.c.job_id == job_id)
+                .order_by(t.job_events.c.seq)
+            )
+            return [
+                JobEvent(
+                    r.job_id,
+                    r.seq,
+                    r.at,
+                    JobState(r.from_state) if r.from_state else None,
+                    JobState(r.to_state),
+                    r.cause,
+                )
+                for r in rows
+            ]
+
+    # -- attempts and ledger ----------------------------------------------------------------
+    def start_attempt(
+        self,
+        job_id: str,
+        *,
+        backend: str,
+        offering_id: str,
+        market: str,
+        instance_ids: Sequence[str],
+        at: datetime,
+    ) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            number = (
+                1
+                + conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(t.attempts)
+                    .where(t.attempts.c.job_id == job_id)
+                ).scalar_one()
+            )
+            attempt_id = conn.execute(
+                t.attempts.insert()
+                .values(
+                    job_id=job_id,
+                    number=number,
+                    backend=backend,
+                    offering_id=offering_id,
+                    market=market,
+                    instance_ids=list(instance_ids),
+                    started_at=at,
+                )
+                .returning(t.attempts.c.id)
+            ).scalar_one()
+        return Attempt(
+            attempt_id, job_id, number, backend, offering_id, market, tuple(instance_ids), at
+        )
+
+    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            conn.execute(
+                t.attempts.update()
+                .where((t.attempts.c.id == attempt_id) & t.attempts.c.ended_at.is_(None))
+                .values(ended_at=at, exit_reason=exit_reason)
+            )
+            row = conn.execute(sa.select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
+        if row is None:
+            raise UnknownJob(f"no attempt {attempt_id}")
+        return _attempt(row)
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.attempts)
+                .where(t.attempts.c.job_id == job_id)
+                .order_by(t.attempts.c.number)
+            )
+            return [_attempt(r) for r in rows]
+
+    def add_ledger_entry(self, entry: LedgerEntry) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            if (
+                conn.execute(
+                    sa.select(t.attempts.c.id).where(t.attempts.c.id == entry.attempt_id)
+                ).first()
+                is None
+            ):
+                raise UnknownJob(f"no attempt {entry.attempt_id}")
+            exists = conn.execute(
+                sa.select(t.ledger_entries.c.attempt_id).where(
+                    (t.ledger_entries.c.attempt_id == entry.attempt_id)
+                    & (t.ledger_entries.c.start == entry.start)
+                )
+            ).first()
+            if exists is not None:
+                return False
+            conn.execute(
+                t.ledger_entries.insert().values(
+                    attempt_id=entry.attempt_id,
+                    start=entry.start,
+                    job_id=entry.job_id,
+                    end=entry.end,
+                    usd_per_hour=entry.usd_per_hour,
+                    amount_usd=entry.amount_usd,
+                    price_source=entry.price_source,
+                )
+            )
+            return True
+
+    def ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.ledger_entries).order_by(
+            t.ledger_entries.c.start, t.ledger_entries.c.attempt_id
+        )
+        if job_id is not None:
+            query = query.where(t.ledger_entries.c.job_id == job_id)
+        with self.engine.connect() as conn:
+            return [
+                LedgerEntry(
+                    r.attempt_id,
+                    r.job_id,
+                    r.start,
+                    r.end,
+                    r.usd_per_hour,
+                    r.amount_usd,
+                    r.price_source,
+                )
+                for r in conn.execute(query)
+            ]
+
+
+def _replay(row: Any, request_hash: str, key: str) -> Submission:
+    if row.request_hash != request_hash:
+        raise IdempotencyConflict(f"idempotency key {key!r} was used with a different request")
+    return Submission(tuple(row.job_ids), replayed=True)
+
+
+def _attempt(row: Any) -> Attempt:
+    return Attempt(
+        row.id,
+        row.job_id,
+        row.number,
+        row.backend,
+        row.offering_id,
+        row.market,
+        tuple(row.instance_ids),
+        row.started_at,
+        row.ended_at,
+        row.exit_reason,
+    )

@@ -1,0 +1,203 @@
+"""One contract, every store: memory, SQLite and PostgreSQL (see budgeteer.store.base)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from budgeteer.domain.job import JobState as S
+from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
+from budgeteer.store import IdempotencyConflict, LedgerEntry, SqlStore, Store, UnknownJob
+from builders import NOW, make_job
+
+
+def test_submitted_jobs_round_trip(store: Store) -> None:
+    job = make_job(
+        "churn",
+        seq=1,
+        deadline_hours=4,
+        budget_usd=400,
+        incremental_hours=2,
+        depends_on=(("features", "success"),),
+        data=("aws/us-east-1", 500),
+        accelerators=("A100", "H100"),
+        workers=(1, 4),
+    )
+    parent = make_job("features", seq=0)
+    result = store.submit([parent, job], at=NOW)
+    assert result.job_ids == ("features", "churn")
+    assert not result.replayed
+    assert store.job("churn") == dataclasses.replace(job, state=S.SUBMITTED)
+    assert [j.id for j in store.jobs()] == ["features", "churn"]
+    assert [e.to_state for e in store.events("churn")] == [S.SUBMITTED]
+
+
+def test_idempotent_submission(store: Store) -> None:
+    first = store.submit([make_job("a")], at=NOW, idempotency_key="k1", request_hash="h1")
+    again = store.submit([make_job("a")], at=NOW, idempotency_key="k1", request_hash="h1")
+    assert again.job_ids == first.job_ids == ("a",)
+    assert again.replayed
+    assert len(store.jobs()) == 1
+    with pytest.raises(IdempotencyConflict, match="different request"):
+        store.submit([make_job("b")], at=NOW, idempotency_key="k1", request_hash="h2")
+    assert [j.id for j in store.jobs()] == ["a"]
+
+
+def test_a_batch_with_a_clash_writes_nothing(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    with pytest.raises(IdempotencyConflict):
+        store.submit([make_job("b", seq=1), make_job("a", seq=2)], at=NOW)
+    assert [j.id for j in store.jobs()] == ["a"]
+
+
+def test_transitions_follow_the_table_and_leave_events(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    for step, state in enumerate(
+        [S.QUEUED, S.PROVISIONING, S.RUNNING, S.PREEMPTED, S.RECOVERING, S.RUNNING, S.SUCCEEDED],
+        start=1,
+    ):
+        event = store.transition("a", state, at=NOW + timedelta(minutes=step), cause=f"s{step}")
+        assert event.seq == step
+    assert store.job("a").state is S.SUCCEEDED
+    events = store.events("a")
+    assert [e.cause for e in events][-2:] == ["s6", "s7"]
+    assert events[3].at == NOW + timedelta(minutes=3)
+    assert state_from_events("a", events) is S.SUCCEEDED
+    with pytest.raises(IllegalTransition):
+        store.transition("a", S.RUNNING, at=NOW, cause="zombie")
+    assert len(store.events("a")) == 8
+    assert store.jobs([S.SUCCEEDED])[0].id == "a"
+    assert store.jobs([S.QUEUED]) == []
+
+
+def test_unknown_ids(store: Store) -> None:
+    with pytest.raises(UnknownJob):
+        store.job("ghost")
+    with pytest.raises(UnknownJob):
+        store.transition("ghost", S.QUEUED, at=NOW, cause="x")
+    with pytest.raises(UnknownJob):
+        store.events("ghost")
+    with pytest.raises(UnknownJob):
+        store.end_attempt(999, at=NOW, exit_reason="x")
+
+
+def test_attempts_and_an_exact_ledger(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    one = store.start_attempt(
+        "a", backend="sandbox", offering_id="o1", market="spot", instance_ids=["i-1"], at=NOW
+    )
+    two = store.start_attempt(
+        "a",
+        backend="sandbox",
+        offering_id="o2",
+        market="on_demand",
+        instance_ids=["i-2", "i-3"],
+        at=NOW + timedelta(hours=1),
+    )
+    assert (one.number, two.number) == (1, 2)
+    ended = store.end_attempt(one.id, at=NOW + timedelta(hours=1), exit_reason="preempted")
+    again = store.end_attempt(one.id, at=NOW + timedelta(hours=2), exit_reason="other")
+    assert ended.exit_reason == again.exit_reason == "preempted"
+    assert [a.instance_ids for a in store.attempts("a")] == [("i-1",), ("i-2", "i-3")]
+    # 0.1 + 0.2 in binary floats is not 0.3: the ledger must not drift by a single digit
+    entries = [
+        LedgerEntry(
+            one.id,
+            "a",
+            NOW,
+            NOW + timedelta(minutes=30),
+            Decimal("0.918"),
+            Decimal("0.10000001"),
+            "trace:us-east-1f",
+        ),
+        LedgerEntry(
+            one.id,
+            "a",
+            NOW + timedelta(minutes=30),
+            NOW + timedelta(hours=1),
+            Decimal("0.918"),
+            Decimal("0.20000002"),
+            "trace:us-east-1f",
+        ),
+        LedgerEntry(
+            two.id,
+            "a",
+            NOW + timedelta(hours=1),
+            NOW + timedelta(hours=2),
+            Decimal("3.06"),
+            Decimal("3.06"),
+            "catalog:vms.csv",
+        ),
+    ]
+    assert [store.add_ledger_entry(e) for e in entries] == [True, True, True]
+    assert store.add_ledger_entry(entries[0]) is False  # the same interval never bills twice
+    rows = store.ledger("a")
+    assert [r.amount_usd for r in rows] == [
+        Decimal("0.10000001"),
+        Decimal("0.20000002"),
+        Decimal("3.06"),
+    ]
+    assert sum(r.amount_usd for r in rows) == Decimal("3.36000003")
+    assert rows[0].start == NOW
+
+
+def test_concurrent_transitions_let_exactly_one_win(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    store.transition("a", S.QUEUED, at=NOW, cause="ready")
+    barrier = threading.Barrier(4)
+    wins: list[int] = []
+    losses: list[int] = []
+
+    def launch(i: int) -> None:
+        barrier.wait()
+        try:
+            store.transition("a", S.PROVISIONING, at=NOW, cause=f"launcher {i}")
+            wins.append(i)
+        except IllegalTransition:
+            losses.append(i)
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(wins) == 1
+    assert len(losses) == 3
+    assert [e.to_state for e in store.events("a")].count(S.PROVISIONING) == 1
+
+
+def test_sqlite_store_survives_reopening(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/b.db"
+    first = SqlStore(url)
+    first.submit([make_job("a")], at=NOW)
+    first.transition("a", S.QUEUED, at=NOW, cause="ready")
+    first.close()
+    second = SqlStore(url)  # migrations are idempotent; state is durable
+    assert second.job("a").state is S.QUEUED
+    second.close()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=12))
+def test_state_is_always_derivable_from_events(store: Store, choices: list[int]) -> None:
+    job_id = f"walk-{len(store.jobs())}"
+    store.submit([make_job(job_id, seq=len(store.jobs()))], at=NOW)
+    state = S.SUBMITTED
+    for c in choices:
+        nxt = sorted(TRANSITIONS[state])
+        if not nxt:
+            break
+        state = nxt[c % len(nxt)]
+        store.transition(job_id, state, at=NOW, cause="walk")
+    assert store.job(job_id).state is state
+    assert state_from_events(job_id, store.events(job_id)) is state
