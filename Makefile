@@ -21,8 +21,8 @@ demo: $(STAMP)
 test: lint types unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 types: $(STAMP)
 	$(BIN)/mypy

@@ -1,0 +1,155 @@
+"""The training SDK: checkpoints that survive a kill, progress reports, and the preemption notice.
+
+Tiny and dependency-free, so any training script can use it::
+
+    from budgeteer import sdk
+
+    sdk.install_preemption_handler()          # SIGTERM (the spot notice) sets a flag
+    ckpt = sdk.latest_checkpoint()            # None on the first attempt
+    state = decode(ckpt.data) if ckpt else fresh_state()
+    for step in range(state.step, total):
+        train_one_step(state)
+        sdk.report(step=step + 1, total_steps=total, loss=state.loss)
+        if sdk.preempted():                   # notice received: save now, stop cleanly
+            sdk.save_checkpoint(encode(state), step=step + 1)
+            sdk.exit_preempted()
+
+Under budgeteer the scheduler sets ``BUDGETEER_CHECKPOINT_DIR`` (persistent across attempts),
+``BUDGETEER_JOB_ID``, ``BUDGETEER_ATTEMPT`` and ``BUDGETEER_PROGRESS_FILE``. Run by hand
+(``python train.py``) it checkpoints to ``./checkpoints`` and reports to the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+#: Exit status of a job that checkpointed and stopped because it was asked to (EX_TEMPFAIL):
+#: not a success, not a failure — the scheduler resumes it.
+PREEMPTED_EXIT_CODE = 75
+KEEP_CHECKPOINTS = 2
+
+log = logging.getLogger("budgeteer.sdk")
+_preempted = False
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A saved checkpoint: its step, its file and its bytes."""
+
+    step: int
+    path: Path
+    data: bytes
+
+
+def checkpoint_dir() -> Path:
+    """Where checkpoints live: ``$BUDGETEER_CHECKPOINT_DIR`` or ``./checkpoints`` (created)."""
+    path = Path(os.environ.get("BUDGETEER_CHECKPOINT_DIR", "checkpoints"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file, fsync, rename over ``path``, fsync the folder: a kill at any
+    moment leaves either the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(data: bytes, step: int) -> Path:
+    """Save ``data`` as the checkpoint of ``step`` atomically; keeps the newest two."""
+    if step < 0:
+        raise ValueError("step must be ≥ 0")
+    folder = checkpoint_dir()
+    path = folder / f"ckpt-{step:012d}.bin"
+    _atomic_write(path, data)
+    _atomic_write(folder / "LATEST", json.dumps({"step": step, "file": path.name}).encode())
+    for old in sorted(folder.glob("ckpt-*.bin"))[:-KEEP_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def latest_checkpoint() -> Checkpoint | None:
+    """The newest complete checkpoint, or ``None``. Leftover temporary files are ignored."""
+    folder = checkpoint_dir()
+    pointer = folder / "LATEST"
+    if pointer.exists():
+        try:
+            meta = json.loads(pointer.read_text())
+            path = folder / str(meta["file"])
+            return Checkpoint(int(meta["step"]), path, path.read_bytes())
+        except (OSError, ValueError, KeyError):
+            log.warning("checkpoint pointer %s unreadable; scanning the folder", pointer)
+    files = sorted(folder.glob("ckpt-*.bin"))
+    if not files:
+        return None
+    newest = files[-1]
+    return Checkpoint(int(newest.stem.split("-")[1]), newest, newest.read_bytes())
+
+
+def report(
+    step: int | None = None,
+    total_steps: int | None = None,
+    epoch: int | None = None,
+    loss: float | None = None,
+    **metrics: float,
+) -> None:
+    """Report progress: a JSON line to ``$BUDGETEER_PROGRESS_FILE`` (read by the scheduler)
+    when set, and always to the log."""
+    record: dict[str, Any] = {
+        "at": time.time(),
+        "step": step,
+        "total_steps": total_steps,
+        "epoch": epoch,
+        "loss": loss,
+        **metrics,
+    }
+    record = {k: v for k, v in record.items() if v is not None}
+    target = os.environ.get("BUDGETEER_PROGRESS_FILE")
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+    log.info("progress %s", json.dumps(record))
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _preempted  # noqa: PLW0603 - a signal handler can only set module state
+    _preempted = True
+
+
+def install_preemption_handler() -> None:
+    """Turn SIGTERM (the spot interruption notice) into :func:`preempted` returning True."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def preempted() -> bool:
+    """True once the preemption notice has arrived: checkpoint now and stop."""
+    return _preempted
+
+
+def exit_preempted() -> NoReturn:
+    """Stop after checkpointing on a notice, with :data:`PREEMPTED_EXIT_CODE`."""
+    log.info("checkpointed after the preemption notice; exiting")
+    sys.exit(PREEMPTED_EXIT_CODE)
