@@ -1,0 +1,29 @@
+"""Compute backends: the ``ComputeBackend`` port and the embedded ``sandbox`` backend."""
+
+from budgeteer.backends.base import (
+    Capabilities,
+    CapacityUnavailable,
+    ComputeBackend,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+    Status,
+)
+from budgeteer.backends.market import RateMarket, SandboxMarket, TraceMarket
+from budgeteer.backends.sandbox import SandboxBackend
+
+__all__ = [
+    "Capabilities",
+    "CapacityUnavailable",
+    "ComputeBackend",
+    "Handle",
+    "LaunchFailed",
+    "LaunchRequest",
+    "RateMarket",
+    "RunState",
+    "SandboxBackend",
+    "SandboxMarket",
+    "Status",
+    "TraceMarket",
+]

@@ -1,0 +1,124 @@
+"""The ``ComputeBackend`` port: launch a job attempt on an offering, watch it, stop it.
+
+Contract (``tests/test_backend_contract.py`` runs it against every backend):
+
+- ``launch`` returns a :class:`Handle` at once; the attempt is ``provisioning`` until its
+  instances are up (start-up delay), then ``running``. It raises :class:`CapacityUnavailable`
+  (transient: retry later or elsewhere) when the offering is full, and :class:`LaunchFailed`
+  (final) for what retrying cannot fix: a command that does not exist, an unwritable checkpoint
+  folder, an unsupported request.
+- ``status`` reports ``succeeded`` (exit 0), ``failed`` (other exits, with the code),
+  ``preempted`` (the market revoked the capacity: the job got the notice — SIGTERM — and the
+  grace period before being killed), or ``stopped`` (``stop`` was called).
+- ``stop`` sends the notice (SIGTERM) and kills after the grace period if the job is still there.
+- Backends declare :class:`Capabilities`; the scheduler never asks for more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from budgeteer.domain.offering import Offering
+from budgeteer.errors import BudgeteerError
+
+
+class CapacityUnavailable(BudgeteerError):
+    """The offering has no room now (transient)."""
+
+    transient = True
+
+
+class LaunchFailed(BudgeteerError):
+    """The attempt cannot be launched as asked (final); the message names the cause."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do."""
+
+    spot: bool
+    preemption_notice: bool
+    multi_node: bool
+    gpu_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """One attempt of a job on ``instances`` instances of ``offering``."""
+
+    job_id: str
+    attempt: int
+    offering: Offering
+    command: tuple[str, ...]
+    checkpoint_dir: Path
+    instances: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """What a backend hands back for a launched attempt."""
+
+    backend: str
+    id: str
+    job_id: str
+    attempt: int
+    offering_id: str
+    instance_ids: tuple[str, ...]
+    launched_at: datetime
+
+
+class RunState(StrEnum):
+    """Where an attempt stands on its backend."""
+
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    STOPPED = "stopped"
+
+    @property
+    def is_final(self) -> bool:
+        """True once the attempt has ended."""
+        return self not in {RunState.PROVISIONING, RunState.RUNNING}
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An attempt's state, exit code when it ended, and why."""
+
+    state: RunState
+    exit_code: int | None = None
+    reason: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class ComputeBackend(Protocol):
+    """See the module docstring."""
+
+    name: str
+    capabilities: Capabilities
+
+    def launch(self, request: LaunchRequest) -> Handle:
+        """Start an attempt (see the contract)."""
+        ...
+
+    def status(self, handle: Handle) -> Status:
+        """The attempt's current status."""
+        ...
+
+    def stop(self, handle: Handle, reason: str) -> None:
+        """Send the notice now and kill after the grace period."""
+        ...
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """The price per instance-hour in force at ``at`` and its source."""
+        ...

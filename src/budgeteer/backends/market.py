@@ -1,0 +1,111 @@
+"""The sandbox's simulated spot market: is spot capacity there at a time, and at what price.
+
+``TraceMarket`` replays a real availability trace (and its price series) from an origin time;
+``RateMarket`` draws up/down periods from an interruption rate with a seeded generator (the
+same offering and seed always give the same history). On-demand and on-prem capacity is always
+there at the catalog price.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from budgeteer.domain.offering import Market, Offering
+
+
+class SandboxMarket(Protocol):
+    """Spot availability and price at a time."""
+
+    def available(self, offering: Offering, at: datetime) -> bool:
+        """True when an instance of ``offering`` can be held at ``at``."""
+        ...
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """Price per instance-hour at ``at`` and its source."""
+        ...
+
+
+def _catalog_price(offering: Offering) -> tuple[Decimal, str]:
+    return Decimal(repr(offering.usd_per_hour)), offering.price.source
+
+
+class TraceMarket:
+    """Spot availability and prices replayed from a trace starting at ``origin`` (tick 0);
+    after the trace ends spot is unavailable."""
+
+    def __init__(
+        self,
+        available: NDArray[np.bool_],
+        gap_seconds: float,
+        origin: datetime,
+        prices: NDArray[np.float64] | None = None,
+        source: str = "trace",
+    ) -> None:
+        self._available = available
+        self._gap = gap_seconds
+        self._origin = origin
+        self._prices = prices
+        self._source = source
+
+    def _tick(self, at: datetime) -> int:
+        return math.floor((at - self._origin).total_seconds() / self._gap)
+
+    def available(self, offering: Offering, at: datetime) -> bool:
+        """See :class:`SandboxMarket`."""
+        if offering.market is not Market.SPOT:
+            return True
+        tick = self._tick(at)
+        return 0 <= tick < len(self._available) and bool(self._available[tick])
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`SandboxMarket`."""
+        if offering.market is not Market.SPOT or self._prices is None:
+            return _catalog_price(offering)
+        tick = min(max(self._tick(at), 0), len(self._prices) - 1)
+        return Decimal(repr(float(self._prices[tick]))), f"{self._source}[{tick}]"
+
+
+class RateMarket:
+    """Spot up for exponential periods (mean ``1/interruptions_per_hour``), then down for
+    exponential outages (mean ``mean_outage_hours``), from ``origin``; seeded per offering."""
+
+    def __init__(self, origin: datetime, seed: int = 0, mean_outage_hours: float = 0.5) -> None:
+        self._origin = origin
+        self._seed = seed
+        self._outage = mean_outage_hours
+        self._changes: dict[str, list[float]] = {}
+
+    def _flips(self, offering: Offering, until_hours: float) -> list[float]:
+        flips = self._changes.setdefault(offering.id, [])
+        rng_seed = self._seed ^ zlib.crc32(offering.id.encode())
+        if not flips:
+            flips.append(0.0)
+        rng = np.random.default_rng([rng_seed, len(flips)])
+        while flips[-1] <= until_hours:
+            up = len(flips) % 2 == 1  # after an even number of flips, spot is up
+            rate = offering.interruption_per_hour if up else 1 / self._outage
+            flips.append(flips[-1] + float(rng.exponential(1 / max(rate, 1e-9))))
+            rng = np.random.default_rng([rng_seed, len(flips)])
+        return flips
+
+    def available(self, offering: Offering, at: datetime) -> bool:
+        """See :class:`SandboxMarket`."""
+        if offering.market is not Market.SPOT:
+            return True
+        hours = (at - self._origin).total_seconds() / 3600
+        if hours < 0:
+            return False
+        flips = self._flips(offering, hours)
+        period = int(np.searchsorted(np.array(flips), hours, side="right"))
+        return period % 2 == 1
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """The catalog price (this market varies availability, not price)."""
+        return _catalog_price(offering)

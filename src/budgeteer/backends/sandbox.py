@@ -1,0 +1,234 @@
+"""The ``sandbox`` backend (the embedded default): each attempt is a local process.
+
+Offerings come from the catalog; spot availability and prices from a :class:`SandboxMarket`
+(a replayed trace or an interruption rate). Capacity limits per offering and the start-up delay
+of each instance are enforced, so queueing and placement are real. When the market revokes a
+spot instance the process gets the notice exactly as on real spot — SIGTERM, then, after the
+grace period, SIGKILL. Times (start-up, grace) are clock times: with a time-scaled clock a day
+of market passes in a minute. The backend advances on every call (``status``, ``poll``).
+
+Limits: one process per attempt, so multi-instance (multi-node) attempts are refused; after a
+restart of the scheduler process the sandbox does not re-adopt processes it launched earlier.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from budgeteer.backends.base import (
+    Capabilities,
+    CapacityUnavailable,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+    Status,
+)
+from budgeteer.backends.market import SandboxMarket
+from budgeteer.clock import Clock
+from budgeteer.domain.offering import Market, Offering
+
+
+@dataclass
+class _Attempt:
+    handle: Handle
+    request: LaunchRequest
+    ready_at: datetime
+    process: subprocess.Popen[bytes] | None = None
+    started_at: datetime | None = None
+    notice_at: datetime | None = None
+    notice_reason: str = ""
+    preempted: bool = False
+    final: Status | None = None
+    log_path: Path = field(default_factory=Path)
+
+
+class SandboxBackend:
+    """Local processes on a simulated market (see the module docstring)."""
+
+    name = "sandbox"
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=False)
+
+    def __init__(
+        self, clock: Clock, market: SandboxMarket, workdir: Path, grace_seconds: float = 30.0
+    ) -> None:
+        self.clock = clock
+        self.market = market
+        self.workdir = workdir
+        self.grace_seconds = grace_seconds
+        self._lock = threading.Lock()
+        self._attempts: dict[str, _Attempt] = {}
+        self._counter = 0
+
+    # -- the port -------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Handle:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        self._check(request)
+        with self._lock:
+            self._advance()
+            offering = request.offering
+            in_use = sum(
+                1
+                for a in self._attempts.values()
+                if a.final is None and a.request.offering.id == offering.id
+            )
+            if offering.max_instances is not None and in_use >= offering.max_instances:
+                raise CapacityUnavailable(
+                    f"{offering.id}: all {offering.max_instances} instances are in use"
+                )
+            now = self.clock.now()
+            if not self.market.available(offering, now):
+                raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
+            self._counter += 1
+            hid = f"sbx-{self._counter:06d}"
+            handle = Handle(
+                self.name, hid, request.job_id, request.attempt, offering.id, (f"{hid}-0",), now
+            )
+            log_path = self.workdir / "logs" / f"{request.job_id}.{request.attempt}.log"
+            self._attempts[hid] = _Attempt(
+                handle,
+                request,
+                now + timedelta(seconds=offering.startup_seconds),
+                log_path=log_path,
+            )
+            self._advance()
+            return handle
+
+    def status(self, handle: Handle) -> Status:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        with self._lock:
+            self._advance()
+            return self._status(self._attempts[handle.id])
+
+    def stop(self, handle: Handle, reason: str) -> None:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        with self._lock:
+            attempt = self._attempts[handle.id]
+            if attempt.final is None and attempt.notice_at is None:
+                self._notify(attempt, reason, preempted=False)
+            self._advance()
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.price(offering, at)
+
+    def poll(self) -> None:
+        """Advance every attempt (start, notice, kill, reap)."""
+        with self._lock:
+            self._advance()
+
+    def live(self) -> list[Handle]:
+        """Attempts that have not ended."""
+        with self._lock:
+            self._advance()
+            return [a.handle for a in self._attempts.values() if a.final is None]
+
+    # -- internals ------------------------------------------------------------------------
+    def _check(self, request: LaunchRequest) -> None:
+        if request.instances != 1:
+            raise LaunchFailed(
+                f"the sandbox runs one process per attempt; asked for {request.instances} instances"
+            )
+        if not request.command:
+            raise LaunchFailed("empty command")
+        exe = request.command[0]
+        if shutil.which(exe) is None and not Path(exe).is_file():
+            raise LaunchFailed(f"command not found: {exe!r}")
+        try:
+            request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            probe = request.checkpoint_dir / ".budgeteer-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise LaunchFailed(
+                f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
+            ) from None
+
+    def _advance(self) -> None:
+        now = self.clock.now()
+        for attempt in self._attempts.values():
+            if attempt.final is None:
+                self._step(attempt, now)
+
+    def _step(self, a: _Attempt, now: datetime) -> None:
+        offering = a.request.offering
+        spot = offering.market is Market.SPOT
+        if a.process is None:
+            if a.notice_at is not None:  # stopped before it started
+                a.final = Status(RunState.STOPPED, None, a.notice_reason, None, now)
+            elif spot and not self.market.available(offering, now):
+                a.preempted = True
+                a.final = Status(
+                    RunState.PREEMPTED, None, "spot capacity lost while provisioning", None, now
+                )
+            elif now >= a.ready_at:
+                self._start(a, now)
+            return
+        if a.notice_at is None and spot and not self.market.available(offering, now):
+            self._notify(a, "spot capacity revoked", preempted=True)
+        code = a.process.poll()
+        if code is None:
+            if a.notice_at is not None and now >= a.notice_at + timedelta(
+                seconds=self.grace_seconds
+            ):
+                a.process.kill()
+                a.process.wait()
+                code = a.process.returncode
+            else:
+                return
+        a.final = self._outcome(a, code, now)
+
+    def _start(self, a: _Attempt, now: datetime) -> None:
+        req = a.request
+        env = {
+            **os.environ,
+            **req.env,
+            "BUDGETEER_JOB_ID": req.job_id,
+            "BUDGETEER_ATTEMPT": str(req.attempt),
+            "BUDGETEER_CHECKPOINT_DIR": str(req.checkpoint_dir),
+            "BUDGETEER_PROGRESS_FILE": str(req.checkpoint_dir / "progress.jsonl"),
+            "BUDGETEER_MARKET": req.offering.market.value,
+            "BUDGETEER_OFFERING": req.offering.id,
+        }
+        a.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(a.log_path, "ab") as log:
+            a.process = subprocess.Popen(
+                list(req.command),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        a.started_at = now
+
+    def _notify(self, a: _Attempt, reason: str, *, preempted: bool) -> None:
+        a.notice_at = self.clock.now()
+        a.notice_reason = reason
+        a.preempted = preempted
+        if a.process is not None and a.process.poll() is None:
+            a.process.send_signal(signal.SIGTERM)
+
+    def _outcome(self, a: _Attempt, code: int, now: datetime) -> Status:
+        if a.preempted:
+            return Status(RunState.PREEMPTED, code, a.notice_reason, a.started_at, now)
+        if a.notice_at is not None:
+            return Status(RunState.STOPPED, code, a.notice_reason, a.started_at, now)
+        if code == 0:
+            return Status(RunState.SUCCEEDED, 0, "exited 0", a.started_at, now)
+        return Status(RunState.FAILED, code, f"exited {code}", a.started_at, now)
+
+    @staticmethod
+    def _status(a: _Attempt) -> Status:
+        if a.final is not None:
+            return a.final
+        if a.process is None:
+            return Status(RunState.PROVISIONING)
+        return Status(RunState.RUNNING, started_at=a.started_at)
