@@ -1,5 +1,9 @@
 """Initial schema: jobs, events, idempotency keys, attempts, ledger, budgets, prices.
 
+The tables are spelled out here rather than taken from ``budgeteer.store.schema``: a migration
+is a frozen record of one schema version, and later changes to the schema module come as new
+migrations, never as edits to this one.
+
 Revision ID: 0001
 Revises:
 Create Date: 2026-12-02
