@@ -1,0 +1,251 @@
+"""The scheduler loop: reconcile → snapshot → ``plan_cycle`` → apply (partial; see below).
+
+One ``cycle()``:
+
+1. **reconcile** every live attempt with its backend: bill the interval since the last cycle
+   (ledger entry at the price in force, with its source), move the job (provisioning → running;
+   succeeded; failed with the exit reason; preempted → queued for a new attempt);
+2. **snapshot** the store (jobs, accrued spend from the ledger, running allocations with their
+   committed cost) with the catalog and budgets — a job preempted ``max_preemptions`` times is
+   planned without spot from then on (the fallback);
+3. **plan** with the pure core;
+4. **apply**: dependency failures, parking (waiting / held) and launches — the attempt is
+   recorded before the backend is asked and ended if the launch fails (capacity: back to the
+   queue; a final launch error: the job fails with it).
+
+Not yet: the leader lock, re-adopting attempts after a restart (the handle map lives in this
+process), market switches of running jobs, retries with backoff, runtime control from progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from budgeteer.backends.base import (
+    CapacityUnavailable,
+    ComputeBackend,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+)
+from budgeteer.catalog import Catalog
+from budgeteer.clock import Clock
+from budgeteer.core import Allocation, HoldReason, Plan, Policy, Snapshot, plan_cycle
+from budgeteer.domain.budget import Budget, SpendRecord
+from budgeteer.domain.job import Job, JobState
+from budgeteer.store.base import Attempt, LedgerEntry, Store
+
+S = JobState
+_PATH_TO_PROVISIONING = {
+    S.SUBMITTED: (S.QUEUED, S.PROVISIONING),
+    S.WAITING: (S.QUEUED, S.PROVISIONING),
+    S.QUEUED: (S.PROVISIONING,),
+    S.HELD: (S.PROVISIONING,),
+}
+
+
+@dataclass
+class _Live:
+    attempt: Attempt
+    handle: Handle
+    expected_cost_usd: float
+    billed_until: datetime
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (for logs and tests)."""
+
+    launched: list[str] = field(default_factory=list)
+    finished: list[tuple[str, RunState]] = field(default_factory=list)
+    plan: Plan | None = None
+
+
+class Scheduler:
+    """Runs cycles over a store and a backend (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: ComputeBackend,
+        catalog: Catalog,
+        clock: Clock,
+        checkpoint_root: Path,
+        budgets: Sequence[Budget] = (),
+        policy: Policy | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.catalog = catalog
+        self.clock = clock
+        self.checkpoint_root = checkpoint_root
+        self.budgets = tuple(budgets)
+        self.policy = policy or Policy()
+        self._live: dict[int, _Live] = {}
+        self._offerings = {o.id: o for o in catalog.offerings}
+
+    def cycle(self) -> CycleReport:
+        """One reconcile → plan → apply pass."""
+        report = CycleReport()
+        self._reconcile(report)
+        plan = plan_cycle(self._snapshot(), self.policy)
+        self._apply(plan, report)
+        report.plan = plan
+        return report
+
+    # -- 1. reconcile -----------------------------------------------------------------------
+    def _reconcile(self, report: CycleReport) -> None:
+        now = self.clock.now()
+        for attempt_id, live in list(self._live.items()):
+            status = self.backend.status(live.handle)
+            until = status.ended_at or now
+            self._bill(live, until)
+            job = self.store.job(live.attempt.job_id)
+            if status.state is RunState.RUNNING and job.state is S.PROVISIONING:
+                self.store.transition(job.id, S.RUNNING, at=now, cause="instance running")
+            if not status.state.is_final:
+                continue
+            del self._live[attempt_id]
+            self.store.end_attempt(
+                attempt_id, at=until, exit_reason=f"{status.state.value}: {status.reason}"
+            )
+            report.finished.append((job.id, status.state))
+            self._finish(job, status.state, status.reason, until)
+
+    def _finish(self, job: Job, state: RunState, reason: str, at: datetime) -> None:
+        if job.state is S.PROVISIONING and state is not RunState.PREEMPTED:
+            self.store.transition(job.id, S.RUNNING, at=at, cause="instance ran")
+        if state is RunState.SUCCEEDED:
+            self.store.transition(job.id, S.SUCCEEDED, at=at, cause=reason)
+        elif state is RunState.FAILED:
+            self.store.transition(job.id, S.FAILED, at=at, cause=reason)
+        elif state is RunState.PREEMPTED:
+            self.store.transition(job.id, S.PREEMPTED, at=at, cause=reason)
+            self.store.transition(job.id, S.QUEUED, at=at, cause="resume from checkpoint")
+        else:  # stopped by us
+            self.store.transition(job.id, S.CANCELLED, at=at, cause=reason)
+
+    def _bill(self, live: _Live, until: datetime) -> None:
+        start = live.billed_until
+        if until <= start:
+            return
+        offering = self._offerings[live.attempt.offering_id]
+        price, source = self.backend.price(offering, start)
+        seconds = Decimal(str((until - start).total_seconds()))
+        self.store.add_ledger_entry(
+            LedgerEntry(
+                live.attempt.id,
+                live.attempt.job_id,
+                start,
+                until,
+                price,
+                price * seconds / Decimal(3600),
+                source,
+            )
+        )
+        live.billed_until = until
+
+    # -- 2. snapshot ------------------------------------------------------------------------
+    def _snapshot(self) -> Snapshot:
+        jobs = [self._with_fallback(job) for job in self.store.jobs()]
+        teams = {j.id: (j.team, j.project) for j in jobs}
+        ledger = self.store.ledger()
+        spend = tuple(
+            SpendRecord(teams[e.job_id][0], e.amount_usd, e.end, teams[e.job_id][1], e.job_id)
+            for e in ledger
+        )
+        billed: dict[int, Decimal] = {}
+        for e in ledger:
+            billed[e.attempt_id] = billed.get(e.attempt_id, Decimal(0)) + e.amount_usd
+        running = tuple(
+            Allocation(
+                live.attempt.job_id,
+                live.attempt.offering_id,
+                1,
+                max(0.0, live.expected_cost_usd - float(billed.get(aid, Decimal(0)))),
+            )
+            for aid, live in self._live.items()
+        )
+        return Snapshot(
+            now=self.clock.now(),
+            jobs=tuple(jobs),
+            offerings=self.catalog.offerings,
+            throughput=tuple(self.catalog.throughput.items()),
+            egress=self.catalog.egress,
+            budgets=self.budgets,
+            spend=spend,
+            running=running,
+        )
+
+    def _with_fallback(self, job: Job) -> Job:
+        """A pending job preempted ``max_preemptions`` times is planned without spot."""
+        limit = self.policy.spot_rules_for(job).max_preemptions
+        if not job.state.is_pending or limit is None:
+            return job
+        preemptions = sum(
+            1
+            for a in self.store.attempts(job.id)
+            if (a.exit_reason or "").startswith(RunState.PREEMPTED.value)
+        )
+        if preemptions < limit:
+            return job
+        return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+
+    # -- 4. apply ---------------------------------------------------------------------------
+    def _apply(self, plan: Plan, report: CycleReport) -> None:
+        now = self.clock.now()
+        for failure in plan.dependency_failures:
+            self.store.transition(
+                failure.job_id, S.DEPENDENCY_FAILED, at=now, cause=failure.message
+            )
+        for hold in plan.holds:
+            job = self.store.job(hold.job_id)
+            target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
+            if job.state is S.SUBMITTED or (job.state is S.QUEUED and target is S.HELD):
+                self.store.transition(job.id, target, at=now, cause=hold.message)
+        for admission in plan.admissions:
+            job = self.store.job(admission.job_id)
+            for state in _PATH_TO_PROVISIONING.get(job.state, ()):
+                cause = f"placed on {admission.placement.describe()}"
+                self.store.transition(job.id, state, at=now, cause=cause)
+            self._launch(
+                job,
+                admission.placement.offering_id,
+                admission.placement.expected_cost_usd,
+                now,
+                report,
+            )
+
+    def _launch(
+        self, job: Job, offering_id: str, expected_usd: float, now: datetime, report: CycleReport
+    ) -> None:
+        offering = self._offerings[offering_id]
+        attempt = self.store.start_attempt(
+            job.id,
+            backend=self.backend.name,
+            offering_id=offering_id,
+            market=offering.market,
+            instance_ids=[],
+            at=now,
+        )
+        request = LaunchRequest(
+            job.id, attempt.number, offering, job.command, self.checkpoint_root / job.id
+        )
+        try:
+            handle = self.backend.launch(request)
+        except CapacityUnavailable as exc:
+            self.store.end_attempt(attempt.id, at=now, exit_reason=f"capacity: {exc}")
+            self.store.transition(job.id, S.QUEUED, at=now, cause=str(exc))
+            return
+        except LaunchFailed as exc:
+            self.store.end_attempt(attempt.id, at=now, exit_reason=f"launch failed: {exc}")
+            self.store.transition(job.id, S.FAILED, at=now, cause=str(exc))
+            return
+        self._live[attempt.id] = _Live(attempt, handle, expected_usd, handle.launched_at)
+        report.launched.append(job.id)

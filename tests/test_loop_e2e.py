@@ -1,0 +1,174 @@
+"""End to end on the sandbox: a real training process runs on spot, is preempted by the market,
+falls back to on-demand after its preemption limit, resumes from its checkpoint, finishes with
+the same model as an uninterrupted run, and its ledger equals a recompute from its attempts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+from budgeteer.backends import SandboxBackend, TraceMarket
+from budgeteer.catalog import Catalog
+from budgeteer.clock import ManualClock
+from budgeteer.domain.job import JobState as S
+from budgeteer.domain.job import SpotSettings
+from budgeteer.domain.offering import Market
+from budgeteer.service import Scheduler
+from budgeteer.store import SqlStore
+from builders import EGRESS, THROUGHPUT, make_job, make_offering
+
+T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
+SCRIPT = Path(__file__).parents[1] / "examples" / "train_linear.py"
+ARGS = ["--epochs", "12", "--step-seconds", "0.002"]
+
+
+def _cycle_until(
+    sched: Scheduler, done: object, clock: ManualClock | None = None, step: float = 0.0
+) -> None:
+    for _ in range(3000):
+        sched.cycle()
+        if done():  # type: ignore[operator]
+            return
+        if clock is not None and step:
+            clock.advance(step)
+        time.sleep(0.01)
+    raise AssertionError("the loop did not get there")
+
+
+def test_spot_preemption_fallback_resume_and_ledger(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.npy"
+    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
+    subprocess.run(
+        [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
+        env=env,
+        check=True,
+        timeout=120,
+    )
+
+    spot = make_offering("spot", price=0.9, market=Market.SPOT, interruption_per_hour=0.3)
+    od = make_offering("od", price=3.0)
+    catalog = Catalog((spot, od), dict(THROUGHPUT), EGRESS, "test")
+    # spot is there for the first 10 minutes, then gone for good
+    market = TraceMarket(
+        np.array([True] * 10 + [False] * 600), 60, T0, prices=np.full(610, 0.9), source="trace"
+    )
+    clock = ManualClock(T0)
+    store = SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    backend = SandboxBackend(clock, market, tmp_path / "work", grace_seconds=30)
+    sched = Scheduler(store, backend, catalog, clock, tmp_path / "ckpt")
+    model = tmp_path / "model.npy"
+    job = dataclasses.replace(
+        make_job("retrain", hours=1),
+        spot=SpotSettings(allowed=True, max_preemptions=1),
+        command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(model)),
+    )
+    store.submit([job], at=T0)
+
+    progress = tmp_path / "ckpt" / "retrain" / "progress.jsonl"
+    _cycle_until(sched, lambda: progress.exists() and len(progress.read_text().split()) >= 2)
+    assert store.job("retrain").state is S.RUNNING
+    assert store.attempts("retrain")[0].market == "spot"
+
+    clock.advance(11 * 60)  # the market takes the spot instance back
+    _cycle_until(sched, lambda: store.job("retrain").state.is_terminal, clock, step=5.0)
+
+    assert store.job("retrain").state is S.SUCCEEDED
+    attempts = store.attempts("retrain")
+    assert [a.market for a in attempts] == ["spot", "on_demand"]
+    assert attempts[0].exit_reason is not None
+    assert attempts[0].exit_reason.startswith("preempted")
+    assert np.array_equal(np.load(baseline), np.load(model))
+    epochs = [json.loads(line)["epoch"] for line in progress.read_text().splitlines()]
+    assert epochs == sorted(set(epochs))  # resumed from the checkpoint, never from epoch 1
+    assert epochs[-1] == 12
+    states = [e.to_state for e in store.events("retrain")]
+    assert states[:4] == [S.SUBMITTED, S.QUEUED, S.PROVISIONING, S.RUNNING]
+    assert S.PREEMPTED in states
+    assert states[-1] is S.SUCCEEDED
+
+    # the ledger equals an independent recompute from the attempts and the prices, to the cent
+    price = {"spot": Decimal("0.9"), "od": Decimal("3.0")}
+    expected = sum(
+        (
+            price[a.offering_id]
+            * Decimal(str((a.ended_at - a.started_at).total_seconds()))
+            / Decimal(3600)
+            for a in attempts
+            if a.ended_at is not None
+        ),
+        Decimal(0),
+    )
+    billed = sum((e.amount_usd for e in store.ledger("retrain")), Decimal(0))
+    assert billed.quantize(Decimal("0.01")) == expected.quantize(Decimal("0.01"))
+    assert billed > 0
+    store.close()
+
+
+def _world(tmp_path: Path) -> tuple[Scheduler, SqlStore, ManualClock]:
+    od = make_offering("od", price=3.0)
+    catalog = Catalog((od,), dict(THROUGHPUT), EGRESS, "test")
+    clock = ManualClock(T0)
+    store = SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    market = TraceMarket(np.array([False]), 60, T0)
+    backend = SandboxBackend(clock, market, tmp_path / "work")
+    return Scheduler(store, backend, catalog, clock, tmp_path / "ckpt"), store, clock
+
+
+def _job(name: str, code: str, after: tuple[tuple[str, str], ...] = ()) -> object:
+    return dataclasses.replace(
+        make_job(name, hours=0.1, depends_on=after), command=(sys.executable, "-c", code)
+    )
+
+
+def test_dependencies_through_the_loop(tmp_path: Path) -> None:
+    sched, store, clock = _world(tmp_path)
+    marker = tmp_path / "a-done"
+    store.submit(
+        [
+            _job("a", f"import time; time.sleep(0.3); open({str(marker)!r}, 'w').close()"),
+            _job(
+                "b",
+                f"import os, sys; sys.exit(0 if os.path.exists({str(marker)!r}) else 9)",
+                (("a", "success"),),
+            ),
+            _job("c", "raise SystemExit(4)"),
+            _job("d", "pass", (("c", "success"),)),
+        ],
+        at=T0,
+    )  # type: ignore[list-item]
+    sched.cycle()
+    assert store.job("b").state is S.WAITING
+    assert [a.job_id for a in store.attempts("b")] == []
+    _cycle_until(sched, lambda: all(store.job(j).state.is_terminal for j in "abcd"), clock, 1)
+    assert store.job("a").state is S.SUCCEEDED
+    assert store.job("b").state is S.SUCCEEDED  # it found a's output: it started after a
+    assert store.job("c").state is S.FAILED
+    assert store.job("d").state is S.DEPENDENCY_FAILED
+    assert store.attempts("c")[0].exit_reason == "failed: exited 4"
+    store.close()
+
+
+def test_a_command_that_does_not_exist_fails_the_job_cleanly(tmp_path: Path) -> None:
+    sched, store, _ = _world(tmp_path)
+    job = dataclasses.replace(make_job("ghost"), command=("no-such-trainer",))
+    store.submit([job], at=T0)
+    sched.cycle()
+    assert store.job("ghost").state is S.FAILED
+    (attempt,) = store.attempts("ghost")
+    assert attempt.exit_reason == "launch failed: command not found: 'no-such-trainer'"
+    assert [e.to_state for e in store.events("ghost")] == [
+        S.SUBMITTED,
+        S.QUEUED,
+        S.PROVISIONING,
+        S.FAILED,
+    ]
+    store.close()
