@@ -172,3 +172,15 @@ def test_a_command_that_does_not_exist_fails_the_job_cleanly(tmp_path: Path) -> 
         S.FAILED,
     ]
     store.close()
+
+
+def test_cancelling_a_running_job_stops_its_process(tmp_path: Path) -> None:
+    sched, store, clock = _world(tmp_path)
+    store.submit([_job("long", "import time; time.sleep(600)")], at=T0)  # type: ignore[list-item]
+    _cycle_until(sched, lambda: store.job("long").state is S.RUNNING)
+    store.request_cancel("long", at=clock.now())
+    _cycle_until(sched, lambda: store.job("long").state.is_terminal, clock, 5)
+    assert store.job("long").state is S.CANCELLED
+    (attempt,) = store.attempts("long")
+    assert attempt.exit_reason == "stopped: cancelled on request"
+    store.close()

@@ -201,3 +201,19 @@ def test_state_is_always_derivable_from_events(store: Store, choices: list[int])
         store.transition(job_id, state, at=NOW, cause="walk")
     assert store.job(job_id).state is state
     assert state_from_events(job_id, store.events(job_id)) is state
+
+
+def test_cancel_pending_at_once_and_active_on_request(store: Store) -> None:
+    store.submit([make_job("p", seq=0), make_job("r", seq=1), make_job("s", seq=2)], at=NOW)
+    assert store.request_cancel("p", at=NOW) is S.CANCELLED
+    for state in (S.QUEUED, S.PROVISIONING, S.RUNNING):
+        store.transition("r", state, at=NOW, cause="go")
+    assert store.request_cancel("r", at=NOW) is S.RUNNING
+    assert store.cancel_requested() == {"r"}
+    store.transition("r", S.CANCELLED, at=NOW, cause="stopped")
+    assert store.cancel_requested() == set()
+    for state in (S.QUEUED, S.PROVISIONING, S.RUNNING, S.SUCCEEDED):
+        store.transition("s", state, at=NOW, cause="go")
+    assert store.request_cancel("s", at=NOW) is S.SUCCEEDED
+    with pytest.raises(UnknownJob):
+        store.request_cancel("ghost", at=NOW)

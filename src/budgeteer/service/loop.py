@@ -102,6 +102,10 @@ class Scheduler:
     # -- 1. reconcile -----------------------------------------------------------------------
     def _reconcile(self, report: CycleReport) -> None:
         now = self.clock.now()
+        cancel = self.store.cancel_requested()
+        for live in self._live.values():
+            if live.attempt.job_id in cancel:
+                self.backend.stop(live.handle, "cancelled on request")
         for attempt_id, live in list(self._live.items()):
             status = self.backend.status(live.handle)
             until = status.ended_at or now

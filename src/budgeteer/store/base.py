@@ -102,6 +102,15 @@ class Store(Protocol):
         """The job's events in order."""
         ...
 
+    def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
+        """Cancel: a pending job is cancelled at once; an active one is marked, and the
+        scheduler stops its attempt; a finished one is left as it is. Returns the state."""
+        ...
+
+    def cancel_requested(self) -> set[str]:
+        """Active jobs whose cancellation was requested."""
+        ...
+
     def start_attempt(
         self,
         job_id: str,

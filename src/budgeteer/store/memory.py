@@ -28,6 +28,7 @@ class MemoryStore:
         self._keys: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._attempts: list[Attempt] = []
         self._ledger: dict[tuple[int, datetime], LedgerEntry] = {}
+        self._cancel: set[str] = set()
 
     def submit(
         self,
@@ -92,6 +93,22 @@ class MemoryStore:
             if job_id not in self._events:
                 raise UnknownJob(f"no job {job_id!r}")
             return list(self._events[job_id])
+
+    def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
+        """See :class:`~budgeteer.store.base.Store`."""
+        job = self.job(job_id)
+        if job.state.is_pending:
+            self.transition(job_id, JobState.CANCELLED, at=at, cause="cancel requested")
+            return JobState.CANCELLED
+        if job.state.is_active:
+            with self._lock:
+                self._cancel.add(job_id)
+        return job.state
+
+    def cancel_requested(self) -> set[str]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return {j for j in self._cancel if self._jobs[j].state.is_active}
 
     def start_attempt(
         self,

@@ -71,6 +71,7 @@ jobs = sa.Table(
     sa.Column("state", sa.String(32), nullable=False, index=True),
     sa.Column("spec", sa.JSON, nullable=False),
     sa.Column("submitted_at", UtcDateTime, nullable=False),
+    sa.Column("cancel_requested_at", UtcDateTime),
 )
 
 job_events = sa.Table(

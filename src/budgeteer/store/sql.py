@@ -20,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from budgeteer.domain.job import Job, JobState
-from budgeteer.domain.lifecycle import JobEvent, check_transition
+from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
 from budgeteer.errors import BudgeteerError
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
@@ -226,6 +226,35 @@ class SqlStore:
                 )
                 for r in rows
             ]
+
+    def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
+        """See :class:`~budgeteer.store.base.Store`."""
+        job = self.job(job_id)
+        if job.state.is_pending:
+            try:
+                self.transition(job_id, JobState.CANCELLED, at=at, cause="cancel requested")
+                return JobState.CANCELLED
+            except IllegalTransition:  # it was launched meanwhile: cancel the running one
+                job = self.job(job_id)
+        if job.state.is_active:
+            with self._tx() as conn:
+                conn.execute(
+                    t.jobs.update()
+                    .where((t.jobs.c.id == job_id) & t.jobs.c.cancel_requested_at.is_(None))
+                    .values(cancel_requested_at=at)
+                )
+        return job.state
+
+    def cancel_requested(self) -> set[str]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        active = [s.value for s in JobState if s.is_active]
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.jobs.c.id).where(
+                    t.jobs.c.cancel_requested_at.is_not(None) & t.jobs.c.state.in_(active)
+                )
+            )
+            return {r.id for r in rows}
 
     # -- attempts and ledger ----------------------------------------------------------------
     def start_attempt(

@@ -1,0 +1,156 @@
+"""``budgeteer run | submit | status | cancel | ledger``: the loop and the store from the shell
+(until the API exists, these work directly on the store named in the config)."""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from budgeteer.cli import app, fail
+from budgeteer.config import load_config
+from budgeteer.errors import BudgeteerError
+from budgeteer.service.wiring import Service, build
+from budgeteer.spec import load_jobs_file
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="Service config (YAML).")]
+
+
+def _service(config: Path | None) -> Service:
+    cfg, root = load_config(config)
+    return build(cfg, root)
+
+
+@app.command("submit")
+def submit(jobs: Path, config: ConfigOption = None) -> None:
+    """Submit the jobs of a file (idempotent: the same file content is accepted once)."""
+    try:
+        svc = _service(config)
+        parsed = load_jobs_file(
+            jobs, now=svc.clock.now(), known_accelerators=list(svc.catalog.throughput)
+        )
+        key = hashlib.sha256(jobs.read_bytes()).hexdigest()
+        result = svc.store.submit(
+            parsed, at=svc.clock.now(), idempotency_key=f"file:{key}", request_hash=key
+        )
+    except BudgeteerError as exc:
+        fail(exc)
+        return
+    verb = "already submitted" if result.replayed else "submitted"
+    for job_id in result.job_ids:
+        typer.echo(f"{verb}: {job_id}")
+
+
+@app.command("run")
+def run(
+    config: ConfigOption = None,
+    cycles: Annotated[int | None, typer.Option("--cycles", min=1)] = None,
+    until_idle: Annotated[bool, typer.Option("--until-idle")] = False,
+) -> None:
+    """Run the scheduler loop in the foreground (Ctrl-C to stop)."""
+    try:
+        svc = _service(config)
+        sched = svc.scheduler()
+    except BudgeteerError as exc:
+        fail(exc)
+        return
+    console = Console(stderr=True)
+    done = 0
+    try:
+        while cycles is None or done < cycles:
+            report = sched.cycle()
+            done += 1
+            for job_id in report.launched:
+                console.print(f"launched {job_id}")
+            for job_id, state in report.finished:
+                console.print(f"attempt of {job_id} ended: {state.value}")
+            if until_idle and all(j.state.is_terminal for j in svc.store.jobs()):
+                break
+            svc.clock.sleep(svc.config.interval_seconds)
+    except KeyboardInterrupt:
+        console.print("stopping")
+
+
+@app.command("status")
+def status(
+    job: Annotated[str | None, typer.Argument()] = None, config: ConfigOption = None
+) -> None:
+    """Jobs with their state, attempts and cost; or one job's events."""
+    try:
+        svc = _service(config)
+        console = Console()
+        if job is not None:
+            table = Table(title=f"{job}: {svc.store.job(job).state.value}")
+            for col in ("seq", "at", "from", "to", "cause"):
+                table.add_column(col)
+            for e in svc.store.events(job):
+                table.add_row(
+                    str(e.seq),
+                    e.at.isoformat(timespec="seconds"),
+                    e.from_state.value if e.from_state else "",
+                    e.to_state.value,
+                    e.cause,
+                )
+            console.print(table)
+            return
+        table = Table(title="jobs")
+        for col in ("job", "team", "tier", "state", "attempts", "cost $"):
+            table.add_column(col)
+        for j in svc.store.jobs():
+            cost = sum((e.amount_usd for e in svc.store.ledger(j.id)), Decimal(0))
+            table.add_row(
+                j.id,
+                j.team,
+                j.tier.name,
+                j.state.value,
+                str(len(svc.store.attempts(j.id))),
+                f"{cost:.2f}",
+            )
+        console.print(table)
+    except BudgeteerError as exc:
+        fail(exc)
+
+
+@app.command("cancel")
+def cancel(job: str, config: ConfigOption = None) -> None:
+    """Cancel a job (a running one is stopped by the next scheduler cycle)."""
+    try:
+        svc = _service(config)
+        state = svc.store.request_cancel(job, at=svc.clock.now())
+    except BudgeteerError as exc:
+        fail(exc)
+        return
+    typer.echo(f"{job}: {state.value}" + (" (cancel requested)" if state.is_active else ""))
+
+
+@app.command("ledger")
+def ledger(
+    job: Annotated[str | None, typer.Option("--job")] = None, config: ConfigOption = None
+) -> None:
+    """Every billed interval: attempt, time, price and its source, amount; and the total."""
+    try:
+        svc = _service(config)
+        entries = svc.store.ledger(job)
+    except BudgeteerError as exc:
+        fail(exc)
+        return
+    table = Table(title="ledger")
+    for col in ("job", "attempt", "start", "end", "$/h", "source", "amount $"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e.job_id,
+            str(e.attempt_id),
+            e.start.isoformat(timespec="seconds"),
+            e.end.isoformat(timespec="seconds"),
+            str(e.usd_per_hour),
+            e.price_source,
+            f"{e.amount_usd:.6f}",
+        )
+    Console().print(table)
+    typer.echo(f"total: {sum((e.amount_usd for e in entries), Decimal(0)):.6f} USD")

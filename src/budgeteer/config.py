@@ -1,0 +1,74 @@
+"""The service configuration file (YAML), validated with every problem named by its field.
+
+Defaults work with no file at all: SQLite next to the config (or in the working folder), the
+sandbox backend on a seeded simulated spot market, the bundled catalog, no budgets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from budgeteer.errors import SpecError
+from budgeteer.spec.errors import spec_errors
+from budgeteer.spec.files import read_document
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TraceMarketConfig(_Strict):
+    """Replay a real availability trace (and optionally a price series) for spot offerings."""
+
+    trace: Path
+    prices: Path | None = None
+    price_key: str | None = None
+
+
+class RateMarketConfig(_Strict):
+    """Draw spot up/down periods from each offering's interruption rate, seeded."""
+
+    seed: int = 0
+    mean_outage_hours: Annotated[float, Field(gt=0)] = 0.5
+
+
+class SandboxConfig(_Strict):
+    """The embedded backend: local processes on a simulated market."""
+
+    kind: Literal["sandbox"] = "sandbox"
+    workdir: Path = Path(".budgeteer")
+    grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    time_scale: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
+    market: TraceMarketConfig | RateMarketConfig = Field(default_factory=RateMarketConfig)
+
+
+class ServiceConfig(_Strict):
+    """``budgeteer run`` / ``submit`` / ``status`` configuration."""
+
+    store: str = "sqlite:///budgeteer.db"
+    catalog: Path | None = None
+    budgets: Path | None = None
+    backend: SandboxConfig = Field(default_factory=SandboxConfig)
+    interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
+
+
+def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
+    """The configuration and the folder relative paths are resolved against."""
+    if path is None:
+        return ServiceConfig(), Path.cwd()
+    doc = read_document(path) or {}
+    if not isinstance(doc, dict):
+        raise SpecError("(root)", "expected a mapping", str(path))
+    if "backend" in doc and isinstance(doc["backend"], dict):
+        kind = doc["backend"].get("kind", "sandbox")
+        if kind != "sandbox":
+            raise SpecError(
+                "backend.kind", f"unknown backend {kind!r}; available: sandbox", str(path)
+            )
+    try:
+        return ServiceConfig.model_validate(doc), path.parent
+    except ValidationError as exc:
+        raise spec_errors(exc, str(path)) from None

@@ -1,0 +1,87 @@
+"""The composition root: build the store, clock, market, backend and scheduler from a config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket, TraceMarket
+from budgeteer.catalog import Catalog, load_catalog
+from budgeteer.clock import SystemClock
+from budgeteer.config import RateMarketConfig, ServiceConfig
+from budgeteer.domain.budget import Budget
+from budgeteer.service.loop import Scheduler
+from budgeteer.spec import load_budgets_file
+from budgeteer.store import SqlStore
+from budgeteer.traces import load_price_series, load_trace
+
+
+@dataclass
+class Service:
+    """Everything a command needs, wired once."""
+
+    config: ServiceConfig
+    store: SqlStore
+    catalog: Catalog
+    clock: SystemClock
+    budgets: tuple[Budget, ...]
+    root: Path
+
+    def scheduler(self) -> Scheduler:
+        """A scheduler over the configured sandbox backend."""
+        backend_cfg = self.config.backend
+        workdir = self._path(backend_cfg.workdir)
+        backend = SandboxBackend(
+            self.clock, self._market(), workdir, grace_seconds=backend_cfg.grace_seconds
+        )
+        return Scheduler(
+            self.store,
+            backend,
+            self.catalog,
+            self.clock,
+            workdir / "checkpoints",
+            budgets=self.budgets,
+        )
+
+    def _path(self, p: Path) -> Path:
+        return p if p.is_absolute() else self.root / p
+
+    def _market(self) -> SandboxMarket:
+        market = self.config.backend.market
+        origin = self.clock.now()
+        if isinstance(market, RateMarketConfig):
+            return RateMarket(origin, market.seed, market.mean_outage_hours)
+        trace = load_trace(self._path(market.trace))
+        prices = None
+        if market.prices is not None:
+            prices = np.array(load_price_series(self._path(market.prices), market.price_key)[0])
+        elif trace.prices is not None:
+            prices = np.array(trace.prices)
+        return TraceMarket(
+            np.array(trace.available) >= 1,
+            trace.gap_seconds,
+            origin,
+            prices,
+            source=f"trace:{trace.name}",
+        )
+
+
+def build(config: ServiceConfig, root: Path) -> Service:
+    """Open the store (running migrations), load the catalog and budgets, start the clock."""
+    url = config.store
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        url = f"sqlite:///{root / url.removeprefix('sqlite:///')}"
+    catalog = load_catalog(
+        None
+        if config.catalog is None
+        else (config.catalog if config.catalog.is_absolute() else root / config.catalog)
+    )
+    budgets: tuple[Budget, ...] = ()
+    if config.budgets is not None:
+        path = config.budgets if config.budgets.is_absolute() else root / config.budgets
+        budgets = tuple(load_budgets_file(path)[0])
+    return Service(
+        config, SqlStore(url), catalog, SystemClock(config.backend.time_scale), budgets, root
+    )

@@ -1,0 +1,79 @@
+"""``budgeteer submit | run | status | cancel | ledger`` on a real SQLite store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_cli import budgeteer
+
+CONFIG = """
+store: sqlite:///state.db
+interval_seconds: 1
+backend:
+  kind: sandbox
+  time_scale: 2000
+  workdir: work
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "budgeteer.yaml").write_text(CONFIG)
+    (tmp_path / "jobs.yaml").write_text(
+        f"- {{name: hello, team: t, work: {{reference_hours: 0.01}},"
+        f" command: [{sys.executable}, -c, \"print('hello')\"]}}\n"
+        f"- {{name: later, team: t, work: {{reference_hours: 0.01}},"
+        f" depends_on: [{{job: hello, on: failure}}], command: [{sys.executable}, -c, '0']}}\n"
+    )
+    return tmp_path
+
+
+def test_submit_run_status_ledger(home: Path) -> None:
+    cfg = str(home / "budgeteer.yaml")
+    out = budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["submitted: hello", "submitted: later"]
+    again = budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg)
+    assert again.stdout.splitlines()[0] == "already submitted: hello"
+    run = budgeteer("run", "--config", cfg, "--until-idle", "--cycles", "2000")
+    assert run.returncode == 0, run.stderr
+    status = budgeteer("status", "--config", cfg)
+    assert "succeeded" in status.stdout
+    assert "dependency_failed" in status.stdout  # 'later' needed hello to fail
+    events = budgeteer("status", "hello", "--config", cfg)
+    assert "provisioning" in events.stdout
+    assert "running" in events.stdout
+    ledger = budgeteer("ledger", "--config", cfg, "--job", "hello")
+    assert ledger.returncode == 0
+    total = float(ledger.stdout.strip().splitlines()[-1].split()[1])
+    assert total > 0
+
+
+def test_cancel_a_pending_job(home: Path) -> None:
+    cfg = str(home / "budgeteer.yaml")
+    budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg)
+    out = budgeteer("cancel", "hello", "--config", cfg)
+    assert out.stdout.strip() == "hello: cancelled"
+    out = budgeteer("cancel", "nobody", "--config", cfg)
+    assert out.returncode == 2
+    assert "no job 'nobody'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("backend: {kind: ray}", "backend.kind: unknown backend 'ray'; available: sandbox"),
+        ("interval_seconds: -1", "interval_seconds: Input should be greater than 0"),
+        ("stroe: sqlite:///x.db", "stroe: unknown field"),
+        ("backend: {time_scale: 0}", "backend.time_scale: Input should be greater than 0"),
+    ],
+)
+def test_bad_config_is_named(tmp_path: Path, config: str, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(config)
+    out = budgeteer("status", "--config", str(path))
+    assert out.returncode == 2
+    assert message in out.stderr
