@@ -60,8 +60,16 @@ def run(
         fail(exc)
         return
     console = Console(stderr=True)
+    lock = svc.store.leader_lock()
     done = 0
     try:
+        waiting = False
+        while not lock.try_acquire():
+            if not waiting:
+                console.print("another scheduler is the leader; waiting")
+                waiting = True
+            svc.clock.sleep(svc.config.interval_seconds)
+        console.print("leading")
         while cycles is None or done < cycles:
             report = sched.cycle()
             done += 1
@@ -69,11 +77,14 @@ def run(
                 console.print(f"launched {job_id}")
             for job_id, state in report.finished:
                 console.print(f"attempt of {job_id} ended: {state.value}")
-            if until_idle and all(j.state.is_terminal for j in svc.store.jobs()):
+            jobs = svc.store.jobs()
+            if until_idle and jobs and all(j.state.is_terminal for j in jobs):
                 break
             svc.clock.sleep(svc.config.interval_seconds)
     except KeyboardInterrupt:
         console.print("stopping")
+    finally:
+        lock.release()
 
 
 @app.command("status")

@@ -31,6 +31,12 @@ from budgeteer.store.base import (
     UnknownJob,
 )
 from budgeteer.store.codec import job_from_dict, job_to_dict
+from budgeteer.store.leader import (
+    FileLeaderLock,
+    LeaderLock,
+    LocalLeaderLock,
+    PostgresLeaderLock,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -81,6 +87,15 @@ class SqlStore:
     def close(self) -> None:
         """Release the connections."""
         self.engine.dispose()
+
+    def leader_lock(self) -> LeaderLock:
+        """Leadership for schedulers sharing this store (see :mod:`budgeteer.store.leader`)."""
+        if self.engine.dialect.name == "postgresql":
+            return PostgresLeaderLock(self.engine)
+        database = self.engine.url.database
+        if not database or database == ":memory:":
+            return LocalLeaderLock()
+        return FileLeaderLock(Path(f"{database}.leader"))
 
     def _tx(self) -> Any:
         return self.engine.begin()
