@@ -25,19 +25,25 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """Wall-clock time, optionally scaled: with ``scale=1440`` a day passes in a minute, starting
-    at ``origin`` (default: now)."""
+    """Wall-clock time, optionally scaled: with ``scale=1440`` a day passes in a minute.
 
-    def __init__(self, scale: float = 1.0, origin: datetime | None = None) -> None:
+    Scaled time runs from ``anchor`` (a wall-clock instant; default: now):
+    ``now = anchor + (wall now − anchor) × scale``. Processes that share an anchor (the service
+    keeps it in its work folder) share one scaled timeline, across restarts.
+    """
+
+    def __init__(self, scale: float = 1.0, anchor: datetime | None = None) -> None:
         if scale <= 0:
             raise ValueError("scale must be positive")
         self.scale = scale
-        self._origin = origin or datetime.now(UTC)
-        self._t0 = time.monotonic()
+        self.anchor = anchor or datetime.now(UTC)
 
     def now(self) -> datetime:
-        """Origin plus scaled monotonic time elapsed."""
-        return self._origin + timedelta(seconds=(time.monotonic() - self._t0) * self.scale)
+        """The (scaled) time."""
+        wall = datetime.now(UTC)
+        if self.scale == 1.0:
+            return wall
+        return self.anchor + (wall - self.anchor) * self.scale
 
     def sleep(self, seconds: float) -> None:
         """Sleep ``seconds / scale`` of real time."""

@@ -122,3 +122,8 @@ class ComputeBackend(Protocol):
     def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
         """The price per instance-hour in force at ``at`` and its source."""
         ...
+
+    def adopt(self, request: LaunchRequest) -> Handle | None:
+        """Re-attach to this attempt if an earlier process of ours launched it (after a
+        scheduler restart); ``None`` when the backend has no trace of it (never launched)."""
+        ...

@@ -7,16 +7,22 @@ spot instance the process gets the notice exactly as on real spot — SIGTERM, t
 grace period, SIGKILL. Times (start-up, grace) are clock times: with a time-scaled clock a day
 of market passes in a minute. The backend advances on every call (``status``, ``poll``).
 
-Limits: one process per attempt, so multi-instance (multi-node) attempts are refused; after a
-restart of the scheduler process the sandbox does not re-adopt processes it launched earlier.
+Each attempt runs under a small shim (:mod:`budgeteer.backends.shim`) in its own session and
+keeps its state in ``workdir/attempts/<job>.<attempt>/`` (launch record, shim pid, notice, exit
+status), so a sandbox created after a scheduler restart re-attaches to attempts that are still
+running (``adopt``) and learns how the others ended.
+
+Limits: one process per attempt, so multi-instance (multi-node) attempts are refused.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -42,7 +48,9 @@ class _Attempt:
     handle: Handle
     request: LaunchRequest
     ready_at: datetime
+    state_dir: Path
     process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None  # the shim's pid (its process group) once started
     started_at: datetime | None = None
     notice_at: datetime | None = None
     notice_reason: str = ""
@@ -66,7 +74,6 @@ class SandboxBackend:
         self.grace_seconds = grace_seconds
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
-        self._counter = 0
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -87,20 +94,55 @@ class SandboxBackend:
             now = self.clock.now()
             if not self.market.available(offering, now):
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
-            self._counter += 1
-            hid = f"sbx-{self._counter:06d}"
+            hid = f"{request.job_id}.{request.attempt}"
             handle = Handle(
                 self.name, hid, request.job_id, request.attempt, offering.id, (f"{hid}-0",), now
             )
-            log_path = self.workdir / "logs" / f"{request.job_id}.{request.attempt}.log"
+            state_dir = self.workdir / "attempts" / hid
+            state_dir.mkdir(parents=True, exist_ok=True)
+            ready_at = now + timedelta(seconds=offering.startup_seconds)
+            _record(state_dir, launched_at=now.isoformat(), ready_at=ready_at.isoformat())
             self._attempts[hid] = _Attempt(
-                handle,
-                request,
-                now + timedelta(seconds=offering.startup_seconds),
-                log_path=log_path,
+                handle, request, ready_at, state_dir, log_path=self.workdir / "logs" / f"{hid}.log"
             )
             self._advance()
             return handle
+
+    def adopt(self, request: LaunchRequest) -> Handle | None:
+        """Re-attach to an attempt an earlier sandbox launched (after a scheduler restart);
+        ``None`` if there is no trace of it."""
+        hid = f"{request.job_id}.{request.attempt}"
+        state_dir = self.workdir / "attempts" / hid
+        if not (state_dir / "launch.json").exists():
+            return None
+        record = json.loads((state_dir / "launch.json").read_text())
+        handle = Handle(
+            self.name,
+            hid,
+            request.job_id,
+            request.attempt,
+            request.offering.id,
+            (f"{hid}-0",),
+            datetime.fromisoformat(record["launched_at"]),
+        )
+        attempt = _Attempt(
+            handle,
+            request,
+            datetime.fromisoformat(record["ready_at"]),
+            state_dir,
+            log_path=self.workdir / "logs" / f"{hid}.log",
+        )
+        if "started_at" in record:
+            attempt.started_at = datetime.fromisoformat(record["started_at"])
+            attempt.pid = int(record["shim_pid"])
+        if "notice_at" in record:
+            attempt.notice_at = datetime.fromisoformat(record["notice_at"])
+            attempt.notice_reason = str(record["notice_reason"])
+            attempt.preempted = bool(record["preempted"])
+        with self._lock:
+            self._attempts[hid] = attempt
+            self._advance()
+        return handle
 
     def status(self, handle: Handle) -> Status:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
@@ -161,7 +203,7 @@ class SandboxBackend:
     def _step(self, a: _Attempt, now: datetime) -> None:
         offering = a.request.offering
         spot = offering.market is Market.SPOT
-        if a.process is None:
+        if a.pid is None:
             if a.notice_at is not None:  # stopped before it started
                 a.final = Status(RunState.STOPPED, None, a.notice_reason, None, now)
             elif spot and not self.market.available(offering, now):
@@ -174,14 +216,13 @@ class SandboxBackend:
             return
         if a.notice_at is None and spot and not self.market.available(offering, now):
             self._notify(a, "spot capacity revoked", preempted=True)
-        code = a.process.poll()
+        code = _exit_code(a)
         if code is None:
             if a.notice_at is not None and now >= a.notice_at + timedelta(
                 seconds=self.grace_seconds
             ):
-                a.process.kill()
-                a.process.wait()
-                code = a.process.returncode
+                _signal(a.pid, signal.SIGKILL, group=True)
+                code = _wait_killed(a)
             else:
                 return
         a.final = self._outcome(a, code, now)
@@ -199,22 +240,31 @@ class SandboxBackend:
             "BUDGETEER_OFFERING": req.offering.id,
         }
         a.log_path.parent.mkdir(parents=True, exist_ok=True)
+        shim = [sys.executable, "-m", "budgeteer.backends.shim", str(a.state_dir), "--"]
         with open(a.log_path, "ab") as log:
             a.process = subprocess.Popen(
-                list(req.command),
+                [*shim, *req.command],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        a.pid = a.process.pid
         a.started_at = now
+        _record(a.state_dir, started_at=now.isoformat(), shim_pid=a.pid)
 
     def _notify(self, a: _Attempt, reason: str, *, preempted: bool) -> None:
         a.notice_at = self.clock.now()
         a.notice_reason = reason
         a.preempted = preempted
-        if a.process is not None and a.process.poll() is None:
-            a.process.send_signal(signal.SIGTERM)
+        _record(
+            a.state_dir,
+            notice_at=a.notice_at.isoformat(),
+            notice_reason=reason,
+            preempted=preempted,
+        )
+        if a.pid is not None and _exit_code(a) is None:
+            _signal(a.pid, signal.SIGTERM, group=False)  # the shim forwards it
 
     def _outcome(self, a: _Attempt, code: int, now: datetime) -> Status:
         if a.preempted:
@@ -229,6 +279,61 @@ class SandboxBackend:
     def _status(a: _Attempt) -> Status:
         if a.final is not None:
             return a.final
-        if a.process is None:
+        if a.pid is None:
             return Status(RunState.PROVISIONING)
         return Status(RunState.RUNNING, started_at=a.started_at)
+
+
+def _record(state_dir: Path, **fields: object) -> None:
+    """Merge ``fields`` into the attempt's launch record, atomically."""
+    path = state_dir / "launch.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    record.update(fields)
+    tmp = path.with_name(".launch.json.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+def _exit_code(a: _Attempt) -> int | None:
+    """The attempt's exit status if it has ended, else ``None`` (also for adopted attempts,
+    whose shim is not our child: then the shim's exit file tells, or its absence)."""
+    if a.process is not None:
+        code = a.process.poll()
+        if code is not None:
+            exit_file = a.state_dir / "exit"
+            return int(exit_file.read_text()) if exit_file.exists() else code
+        return None
+    exit_file = a.state_dir / "exit"
+    if exit_file.exists():
+        return int(exit_file.read_text())
+    if a.pid is not None and not _alive(a.pid):
+        return -9  # gone without a word: killed together with its shim
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal(pid: int | None, sig: int, *, group: bool) -> None:
+    if pid is None:
+        return
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_killed(a: _Attempt) -> int:
+    if a.process is not None:
+        a.process.wait()
+    return -9

@@ -13,8 +13,10 @@ One ``cycle()``:
    recorded before the backend is asked and ended if the launch fails (capacity: back to the
    queue; a final launch error: the job fails with it).
 
-Not yet: the leader lock, re-adopting attempts after a restart (the handle map lives in this
-process), market switches of running jobs, retries with backoff, runtime control from progress.
+On the first cycle after a (re)start, attempts an earlier process launched are re-attached
+through the backend (``adopt``) and billed from where the ledger stops.
+
+Not yet: market switches of running jobs, retries with backoff, runtime control from progress.
 """
 
 from __future__ import annotations
@@ -89,15 +91,59 @@ class Scheduler:
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
+        self._adopted = False
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
         report = CycleReport()
+        if not self._adopted:
+            self._adopt()
+            self._adopted = True
         self._reconcile(report)
         plan = plan_cycle(self._snapshot(), self.policy)
         self._apply(plan, report)
         report.plan = plan
         return report
+
+    # -- 0. after a restart: re-attach to what an earlier process launched -----------------
+    def _adopt(self) -> None:
+        """Jobs found active with open attempts are re-attached through the backend (billing
+        resumes where the ledger stops, so no interval is billed twice or skipped); attempts the
+        backend never launched are closed and their jobs queued again."""
+        now = self.clock.now()
+        active = [j for j in self.store.jobs() if j.state.is_active]
+        for job in active:
+            open_attempts = [a for a in self.store.attempts(job.id) if a.ended_at is None]
+            adopted = False
+            for attempt in open_attempts:
+                offering = self._offerings[attempt.offering_id]
+                request = LaunchRequest(
+                    job.id, attempt.number, offering, job.command, self.checkpoint_root / job.id
+                )
+                handle = self.backend.adopt(request)
+                if handle is None:
+                    self.store.end_attempt(
+                        attempt.id, at=now, exit_reason="lost: never launched before a restart"
+                    )
+                    continue
+                billed = [e.end for e in self.store.ledger(job.id) if e.attempt_id == attempt.id]
+                self._live[attempt.id] = _Live(
+                    attempt, handle, 0.0, max(billed, default=attempt.started_at)
+                )
+                adopted = True
+            if not adopted:
+                self._requeue(job, now)
+
+    def _requeue(self, job: Job, now: datetime) -> None:
+        path = {
+            S.RUNNING: (S.PREEMPTED, S.QUEUED),
+            S.CHECKPOINTING: (S.QUEUED,),
+            S.PROVISIONING: (S.QUEUED,),
+            S.PREEMPTED: (S.QUEUED,),
+            S.RECOVERING: (S.PROVISIONING, S.QUEUED),
+        }[job.state]
+        for state in path:
+            self.store.transition(job.id, state, at=now, cause="requeued after a restart")
 
     # -- 1. reconcile -----------------------------------------------------------------------
     def _reconcile(self, report: CycleReport) -> None:
@@ -251,5 +297,5 @@ class Scheduler:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"launch failed: {exc}")
             self.store.transition(job.id, S.FAILED, at=now, cause=str(exc))
             return
-        self._live[attempt.id] = _Live(attempt, handle, expected_usd, handle.launched_at)
+        self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +84,21 @@ def build(config: ServiceConfig, root: Path) -> Service:
     if config.budgets is not None:
         path = config.budgets if config.budgets.is_absolute() else root / config.budgets
         budgets = tuple(load_budgets_file(path)[0])
-    return Service(
-        config, SqlStore(url), catalog, SystemClock(config.backend.time_scale), budgets, root
-    )
+    return Service(config, SqlStore(url), catalog, _clock(config, root), budgets, root)
+
+
+def _clock(config: ServiceConfig, root: Path) -> SystemClock:
+    """The service clock; a scaled one keeps its anchor in the work folder so that every
+    process of this service (and every restart) shares one timeline."""
+    scale = config.backend.time_scale
+    if scale == 1.0:
+        return SystemClock()
+    workdir = config.backend.workdir
+    workdir = workdir if workdir.is_absolute() else root / workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    anchor_file = workdir / "clock-anchor"
+    if not anchor_file.exists():
+        tmp = anchor_file.with_name(f".clock-anchor.{os.getpid()}.tmp")
+        tmp.write_text(datetime.now(UTC).isoformat())
+        os.replace(tmp, anchor_file)
+    return SystemClock(scale, datetime.fromisoformat(anchor_file.read_text().strip()))
