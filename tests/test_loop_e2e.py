@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -183,4 +183,67 @@ def test_cancelling_a_running_job_stops_its_process(tmp_path: Path) -> None:
     assert store.job("long").state is S.CANCELLED
     (attempt,) = store.attempts("long")
     assert attempt.exit_reason == "stopped: cancelled on request"
+    store.close()
+
+
+def test_preempted_twice_on_spot_resumes_each_time_and_meets_its_deadline(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.npy"
+    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
+    subprocess.run(
+        [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    spot = make_offering("spot", price=0.9, market=Market.SPOT, interruption_per_hour=0.3)
+    od = make_offering("od", price=3.0)
+    catalog = Catalog((spot, od), dict(THROUGHPUT), EGRESS, "test")
+    # minutes: up 0-9, down 10-14, up 15-24, down 25-29, up from 30 on
+    avail = np.array(([True] * 10 + [False] * 5) * 2 + [True] * 600)
+    market = TraceMarket(avail, 60, T0, prices=np.full(len(avail), 0.9), source="trace")
+    clock = ManualClock(T0)
+    store = SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    sched = Scheduler(
+        store, SandboxBackend(clock, market, tmp_path / "work"), catalog, clock, tmp_path / "ckpt"
+    )
+    model = tmp_path / "model.npy"
+    job = dataclasses.replace(
+        make_job("retrain", hours=1, deadline_hours=6),
+        spot=SpotSettings(allowed=True, max_preemptions=3),
+        command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(model)),
+    )
+    store.submit([job], at=T0)
+    progress = tmp_path / "ckpt" / "retrain" / "progress.jsonl"
+    for outage_minute in (10, 25):
+        seen = len(progress.read_text().split()) if progress.exists() else 0
+        _cycle_until(
+            sched,
+            lambda seen=seen: progress.exists() and len(progress.read_text().split()) >= seen + 2,
+        )
+        clock.advance((T0 - clock.now()).total_seconds() + outage_minute * 60 + 1)
+        _cycle_until(sched, lambda: store.job("retrain").state is not S.RUNNING)
+        clock.advance(5 * 60)  # spot is back
+    _cycle_until(sched, lambda: store.job("retrain").state.is_terminal, clock, 5.0)
+    assert store.job("retrain").state is S.SUCCEEDED
+    ran = [a for a in store.attempts("retrain") if not (a.exit_reason or "").startswith("capacity")]
+    assert [a.market for a in ran] == ["spot", "spot", "spot"]
+    assert [a.exit_reason.split(":")[0] for a in ran if a.exit_reason] == [
+        "preempted",
+        "preempted",
+        "succeeded",
+    ]
+    assert np.array_equal(np.load(baseline), np.load(model))
+    assert ran[-1].ended_at is not None
+    assert ran[-1].ended_at <= T0 + timedelta(hours=6)
+    price = Decimal("0.9")
+    expected = sum(
+        (
+            price * Decimal(str((a.ended_at - a.started_at).total_seconds())) / Decimal(3600)
+            for a in ran
+            if a.ended_at
+        ),
+        Decimal(0),
+    )
+    billed = sum((e.amount_usd for e in store.ledger("retrain")), Decimal(0))
+    assert billed.quantize(Decimal("0.01")) == expected.quantize(Decimal("0.01"))
     store.close()
