@@ -247,3 +247,39 @@ def test_preempted_twice_on_spot_resumes_each_time_and_meets_its_deadline(tmp_pa
     billed = sum((e.amount_usd for e in store.ledger("retrain")), Decimal(0))
     assert billed.quantize(Decimal("0.01")) == expected.quantize(Decimal("0.01"))
     store.close()
+
+
+def test_own_failures_are_retried_with_backoff_then_fail(tmp_path: Path) -> None:
+    sched, store, clock = _world(tmp_path)
+    counter = tmp_path / "tries"
+    flaky = (
+        f"import sys; from pathlib import Path; p = Path({str(counter)!r}); "
+        "n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n)); "
+        "sys.exit(0 if n >= 3 else 5)"
+    )
+    store.submit(
+        [
+            dataclasses.replace(_job("flaky", flaky), retries=2),  # type: ignore[type-var]
+            dataclasses.replace(_job("broken", "raise SystemExit(7)"), retries=1),  # type: ignore[type-var]
+        ],
+        at=T0,
+    )
+    _cycle_until(
+        sched, lambda: all(store.job(j).state.is_terminal for j in ("flaky", "broken")), clock, 5
+    )
+    assert store.job("flaky").state is S.SUCCEEDED
+    flaky_attempts = store.attempts("flaky")
+    assert [a.exit_reason for a in flaky_attempts] == [
+        "failed: exited 5",
+        "failed: exited 5",
+        "succeeded: exited 0",
+    ]
+    first, second, third = flaky_attempts
+    assert first.ended_at is not None
+    assert second.ended_at is not None
+    assert (second.started_at - first.ended_at).total_seconds() >= 30  # backoff 30 s, then 60 s
+    assert (third.started_at - second.ended_at).total_seconds() >= 60
+    assert store.job("broken").state is S.FAILED
+    assert [a.exit_reason for a in store.attempts("broken")] == ["failed: exited 7"] * 2
+    assert store.events("broken")[-1].cause == "exited 7"
+    store.close()

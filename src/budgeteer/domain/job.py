@@ -143,7 +143,8 @@ class Job:
     ``deadline`` is absolute (an ``sla`` was resolved at submission). ``seq`` is the submission
     sequence number: the last tie-breaker of every ordering. ``budget_usd`` caps this run's
     expected cost. ``incremental_reference_hours`` is the cheaper incremental-training variant's
-    work, when the job offers one.
+    work, when the job offers one. ``retries`` is how many times a run that fails for its own
+    reasons (a non-zero exit, not a preemption) is tried again.
     """
 
     id: str
@@ -165,3 +166,4 @@ class Job:
     checkpoint_interval_seconds: float = 1800.0
     restart_overhead_seconds: float = 300.0
     command: tuple[str, ...] = ()
+    retries: int = 0

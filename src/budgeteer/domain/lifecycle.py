@@ -22,7 +22,15 @@ TRANSITIONS: Mapping[S, frozenset[S]] = {
     S.HELD: frozenset({S.QUEUED, S.PROVISIONING, S.CANCELLED, S.DEPENDENCY_FAILED}),
     S.PROVISIONING: frozenset({S.RUNNING, S.QUEUED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset(
-        {S.CHECKPOINTING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.STOPPED_EARLY}
+        {
+            S.CHECKPOINTING,
+            S.PREEMPTED,
+            S.QUEUED,
+            S.SUCCEEDED,
+            S.FAILED,
+            S.CANCELLED,
+            S.STOPPED_EARLY,
+        }
     ),
     S.CHECKPOINTING: frozenset(
         {S.RUNNING, S.PREEMPTED, S.QUEUED, S.FAILED, S.CANCELLED, S.STOPPED_EARLY}

@@ -16,7 +16,10 @@ One ``cycle()``:
 On the first cycle after a (re)start, attempts an earlier process launched are re-attached
 through the backend (``adopt``) and billed from where the ledger stops.
 
-Not yet: market switches of running jobs, retries with backoff, runtime control from progress.
+A run that fails for its own reasons is tried again up to the job's ``retries`` and a full
+offering is retried, both with exponential backoff (clock time, in this process).
+
+Not yet: market switches of running jobs, runtime control from progress.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -44,6 +47,9 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.store.base import Attempt, LedgerEntry, Store
 
 S = JobState
+#: Backoff after a failed run or a full offering: doubling from 30 s, at most 10 min (clock).
+RETRY_BASE_SECONDS = 30.0
+RETRY_MAX_SECONDS = 600.0
 _PATH_TO_PROVISIONING = {
     S.SUBMITTED: (S.QUEUED, S.PROVISIONING),
     S.WAITING: (S.QUEUED, S.PROVISIONING),
@@ -92,6 +98,7 @@ class Scheduler:
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
         self._adopted = False
+        self._not_before: dict[str, datetime] = {}  # backoff: no launch before this time
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -174,7 +181,22 @@ class Scheduler:
         if state is RunState.SUCCEEDED:
             self.store.transition(job.id, S.SUCCEEDED, at=at, cause=reason)
         elif state is RunState.FAILED:
-            self.store.transition(job.id, S.FAILED, at=at, cause=reason)
+            failures = sum(
+                1
+                for a in self.store.attempts(job.id)
+                if (a.exit_reason or "").startswith(RunState.FAILED.value)
+            )
+            if failures <= job.retries:
+                delay = min(RETRY_BASE_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
+                self._not_before[job.id] = at + timedelta(seconds=delay)
+                self.store.transition(
+                    job.id,
+                    S.QUEUED,
+                    at=at,
+                    cause=(f"{reason}; retry {failures} of {job.retries} in {delay:.0f} s"),
+                )
+            else:
+                self.store.transition(job.id, S.FAILED, at=at, cause=reason)
         elif state is RunState.PREEMPTED:
             self.store.transition(job.id, S.PREEMPTED, at=at, cause=reason)
             self.store.transition(job.id, S.QUEUED, at=at, cause="resume from checkpoint")
@@ -260,6 +282,8 @@ class Scheduler:
             if job.state is S.SUBMITTED or (job.state is S.QUEUED and target is S.HELD):
                 self.store.transition(job.id, target, at=now, cause=hold.message)
         for admission in plan.admissions:
+            if self._not_before.get(admission.job_id, now) > now:
+                continue  # backing off after a failure or a full offering
             job = self.store.job(admission.job_id)
             for state in _PATH_TO_PROVISIONING.get(job.state, ()):
                 cause = f"placed on {admission.placement.describe()}"
@@ -291,7 +315,14 @@ class Scheduler:
             handle = self.backend.launch(request)
         except CapacityUnavailable as exc:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"capacity: {exc}")
-            self.store.transition(job.id, S.QUEUED, at=now, cause=str(exc))
+            misses = sum(
+                1
+                for a in self.store.attempts(job.id)
+                if (a.exit_reason or "").startswith("capacity")
+            )
+            delay = min(RETRY_BASE_SECONDS * 2 ** (misses - 1), RETRY_MAX_SECONDS)
+            self._not_before[job.id] = now + timedelta(seconds=delay)
+            self.store.transition(job.id, S.QUEUED, at=now, cause=f"{exc}; retry in {delay:.0f} s")
             return
         except LaunchFailed as exc:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"launch failed: {exc}")

@@ -183,6 +183,7 @@ class JobSpec(_Strict):
     command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
         default_factory=list, max_length=1024
     )
+    retries: Annotated[int, Field(ge=0, le=100)] = 0
 
     @field_validator("sla")
     @classmethod
@@ -306,6 +307,7 @@ def job_from_spec(
         checkpoint_interval_seconds=spec.checkpoint.interval_minutes * 60.0,
         restart_overhead_seconds=spec.checkpoint.restart_overhead_minutes * 60.0,
         command=tuple(spec.command),
+        retries=spec.retries,
     )
 
 

@@ -57,6 +57,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "checkpoint_interval_seconds": job.checkpoint_interval_seconds,
         "restart_overhead_seconds": job.restart_overhead_seconds,
         "command": list(job.command),
+        "retries": job.retries,
     }
 
 
@@ -99,4 +100,5 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         checkpoint_interval_seconds=d["checkpoint_interval_seconds"],
         restart_overhead_seconds=d["restart_overhead_seconds"],
         command=tuple(d["command"]),
+        retries=int(d.get("retries", 0)),
     )
