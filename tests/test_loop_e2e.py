@@ -283,3 +283,69 @@ def test_own_failures_are_retried_with_backoff_then_fail(tmp_path: Path) -> None
     assert [a.exit_reason for a in store.attempts("broken")] == ["failed: exited 7"] * 2
     assert store.events("broken")[-1].cause == "exited 7"
     store.close()
+
+
+def _spot_world(tmp_path: Path) -> tuple[Scheduler, SqlStore, ManualClock]:
+    spot = make_offering("spot", price=0.9, market=Market.SPOT, interruption_per_hour=0.3)
+    od = make_offering("od", price=3.0)
+    catalog = Catalog((spot, od), dict(THROUGHPUT), EGRESS, "test")
+    market = TraceMarket(np.array([True] * 100_000), 60, T0, prices=np.full(100_000, 0.9))
+    clock = ManualClock(T0)
+    store = SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    sched = Scheduler(
+        store, SandboxBackend(clock, market, tmp_path / "work"), catalog, clock, tmp_path / "ckpt"
+    )
+    return sched, store, clock
+
+
+def test_behind_schedule_on_spot_switches_to_on_demand_and_resumes(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.npy"
+    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
+    subprocess.run(
+        [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    sched, store, clock = _spot_world(tmp_path)
+    model = tmp_path / "model.npy"
+    job = dataclasses.replace(
+        make_job("late", hours=0.5, deadline_hours=3),
+        command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(model)),
+    )
+    store.submit([job], at=T0)
+    # the clock races ahead of the real process: at this pace it cannot finish by the deadline
+    _cycle_until(sched, lambda: store.job("late").state.is_terminal, clock, 120.0)
+    assert store.job("late").state is S.SUCCEEDED
+    ran = list(store.attempts("late"))
+    assert [a.market for a in ran] == ["spot", "on_demand"]
+    causes = [e.cause for e in store.events("late") if e.to_state is S.CHECKPOINTING]
+    assert len(causes) == 1
+    assert causes[0].startswith("switch to on-demand: ETA")
+    assert np.array_equal(np.load(baseline), np.load(model))  # resumed from the checkpoint
+    store.close()
+
+
+def test_a_flat_loss_stops_the_job_early(tmp_path: Path) -> None:
+    sched, store, clock = _spot_world(tmp_path)
+    job = dataclasses.replace(
+        make_job("plateau", hours=0.5, spot=False),
+        early_stop=(10.0, 2),
+        command=(
+            sys.executable,
+            str(SCRIPT),
+            "--epochs",
+            "200",
+            "--step-seconds",
+            "0.002",
+            "--out",
+            str(tmp_path / "m.npy"),
+        ),
+    )
+    store.submit([job], at=T0)
+    _cycle_until(sched, lambda: store.job("plateau").state.is_terminal, clock, 1.0)
+    assert store.job("plateau").state is S.STOPPED_EARLY
+    causes = [e.cause for e in store.events("plateau") if e.to_state is S.CHECKPOINTING]
+    assert causes == ["early stop: loss improved less than 10.0 over the last 2 reports"]
+    assert (tmp_path / "ckpt" / "plateau" / "LATEST").exists()  # it checkpointed on the way out
+    store.close()

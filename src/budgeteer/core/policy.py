@@ -29,6 +29,8 @@ class Policy:
     ``spot_deadline_sigmas`` standard deviations of runtime to spare, and are not considered when
     expected preemption overhead would inflate runtime by more than ``max_spot_inflation``.
     ``spot_rules`` gives switch rules and preemption limits per tier (jobs may override them).
+    A running job whose ETA passes its deadline minus ``deadline_margin_fraction`` of the time
+    from submission to deadline is behind schedule.
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -43,6 +45,7 @@ class Policy:
     milp_max_variables: int = 4000
     milp_time_limit_seconds: float = 2.0
     spot_rules: tuple[tuple[Tier, RuleSet], ...] = ()
+    deadline_margin_fraction: float = 0.05
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

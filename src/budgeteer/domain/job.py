@@ -167,3 +167,4 @@ class Job:
     restart_overhead_seconds: float = 300.0
     command: tuple[str, ...] = ()
     retries: int = 0
+    early_stop: tuple[float, int] | None = None  # (min_delta, patience); off when None

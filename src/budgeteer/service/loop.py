@@ -19,12 +19,16 @@ through the backend (``adopt``) and billed from where the ledger stops.
 A run that fails for its own reasons is tried again up to the job's ``retries`` and a full
 offering is retried, both with exponential backoff (clock time, in this process).
 
-Not yet: market switches of running jobs, runtime control from progress.
+Runtime control: the progress reports of running attempts are sampled at each cycle; a job whose
+loss has stalled (``early_stop``) is checkpointed and stopped early; a spot job that is behind
+schedule (ETA past the deadline less a margin) or whose switch rule fires is checkpointed,
+stopped and relaunched on on-demand. Each action is an event with its reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -42,6 +46,7 @@ from budgeteer.backends.base import (
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Allocation, HoldReason, Plan, Policy, Snapshot, plan_cycle
+from budgeteer.core.progress import Sample, behind_schedule, eta, loss_stalled, rule_fires
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job, JobState
 from budgeteer.store.base import Attempt, LedgerEntry, Store
@@ -99,6 +104,11 @@ class Scheduler:
         self._offerings = {o.id: o for o in catalog.offerings}
         self._adopted = False
         self._not_before: dict[str, datetime] = {}  # backoff: no launch before this time
+        self._samples: dict[int, list[Sample]] = {}  # progress seen, per attempt
+        self._losses: dict[int, list[float]] = {}
+        self._read: dict[int, int] = {}  # bytes of the progress file already read
+        self._stopping: dict[int, str] = {}  # attempt → "switch" | "early_stop"
+        self._on_demand_only: set[str] = set()
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -167,15 +177,21 @@ class Scheduler:
             if status.state is RunState.RUNNING and job.state is S.PROVISIONING:
                 self.store.transition(job.id, S.RUNNING, at=now, cause="instance running")
             if not status.state.is_final:
+                if status.state is RunState.RUNNING:
+                    self._observe(live, now)
+                    self._control(live, job, now)
                 continue
             del self._live[attempt_id]
             self.store.end_attempt(
                 attempt_id, at=until, exit_reason=f"{status.state.value}: {status.reason}"
             )
             report.finished.append((job.id, status.state))
-            self._finish(job, status.state, status.reason, until)
+            self._finish(job, attempt_id, status.state, status.reason, until)
 
-    def _finish(self, job: Job, state: RunState, reason: str, at: datetime) -> None:
+    def _finish(
+        self, job: Job, attempt_id: int, state: RunState, reason: str, at: datetime
+    ) -> None:
+        job = self.store.job(job.id)
         if job.state is S.PROVISIONING and state is not RunState.PREEMPTED:
             self.store.transition(job.id, S.RUNNING, at=at, cause="instance ran")
         if state is RunState.SUCCEEDED:
@@ -200,7 +216,12 @@ class Scheduler:
         elif state is RunState.PREEMPTED:
             self.store.transition(job.id, S.PREEMPTED, at=at, cause=reason)
             self.store.transition(job.id, S.QUEUED, at=at, cause="resume from checkpoint")
-        else:  # stopped by us
+        elif self._stopping.pop(attempt_id, "") == "switch":
+            self._on_demand_only.add(job.id)
+            self.store.transition(job.id, S.QUEUED, at=at, cause="checkpointed; relaunch")
+        elif job.state is S.CHECKPOINTING:  # an early stop
+            self.store.transition(job.id, S.STOPPED_EARLY, at=at, cause=reason)
+        else:  # stopped on request
             self.store.transition(job.id, S.CANCELLED, at=at, cause=reason)
 
     def _bill(self, live: _Live, until: datetime) -> None:
@@ -222,6 +243,80 @@ class Scheduler:
             )
         )
         live.billed_until = until
+
+    def _observe(self, live: _Live, now: datetime) -> None:
+        """Read the attempt's new progress reports; sample the step at the scheduler's time."""
+        path = self.checkpoint_root / live.attempt.job_id / "progress.jsonl"
+        if not path.exists():
+            return
+        with open(path, "rb") as fh:
+            fh.seek(self._read.get(live.attempt.id, 0))
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._read[live.attempt.id] = self._read.get(live.attempt.id, 0) + len(complete)
+        samples = self._samples.setdefault(live.attempt.id, [])
+        for line in complete.decode(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record.get("loss"), int | float):
+                self._losses.setdefault(live.attempt.id, []).append(float(record["loss"]))
+            step, total = record.get("step"), record.get("total_steps")
+            if (
+                isinstance(step, int)
+                and isinstance(total, int)
+                and total > 0
+                and (not samples or step > samples[-1].step)
+            ):
+                samples.append(Sample(now, step, total))
+
+    def _control(self, live: _Live, job: Job, now: datetime) -> None:
+        """Runtime control: early stop on a flat loss; off spot when behind or a rule fires."""
+        aid = live.attempt.id
+        if aid in self._stopping or job.state is not S.RUNNING:
+            return
+        samples = self._samples.get(aid, [])
+        if job.early_stop and loss_stalled(self._losses.get(aid, []), *job.early_stop):
+            delta, patience = job.early_stop
+            self._stop(
+                live,
+                "early_stop",
+                now,
+                f"early stop: loss improved less than {delta} over the last {patience} reports",
+            )
+            return
+        if live.attempt.market != "spot":
+            return
+        rule = rule_fires(
+            self.policy.spot_rules_for(job).rules, live.attempt.started_at, now, samples
+        )
+        if rule is not None:
+            self._stop(
+                live,
+                "switch",
+                now,
+                f"switch to on-demand: after {rule.after_hours:g} h "
+                f"under {rule.if_progress_below:.0%} done",
+            )
+            return
+        if job.deadline is not None:
+            margin = (job.deadline - job.submitted_at) * self.policy.deadline_margin_fraction
+            if behind_schedule(samples, job.deadline, margin):
+                finish = eta(samples)
+                assert finish is not None
+                self._stop(
+                    live,
+                    "switch",
+                    now,
+                    "switch to on-demand: ETA "
+                    f"{finish:%H:%M} is past the deadline {job.deadline:%H:%M} less margin",
+                )
+
+    def _stop(self, live: _Live, why: str, now: datetime, cause: str) -> None:
+        self._stopping[live.attempt.id] = why
+        self.store.transition(live.attempt.job_id, S.CHECKPOINTING, at=now, cause=cause)
+        self.backend.stop(live.handle, cause)
 
     # -- 2. snapshot ------------------------------------------------------------------------
     def _snapshot(self) -> Snapshot:
@@ -257,6 +352,8 @@ class Scheduler:
 
     def _with_fallback(self, job: Job) -> Job:
         """A pending job preempted ``max_preemptions`` times is planned without spot."""
+        if job.state.is_pending and job.id in self._on_demand_only:
+            return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
         limit = self.policy.spot_rules_for(job).max_preemptions
         if not job.state.is_pending or limit is None:
             return job

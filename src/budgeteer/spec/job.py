@@ -156,6 +156,13 @@ class DataSpec(_Strict):
     size_gb: NonNegativeFloat
 
 
+class EarlyStopSpec(_Strict):
+    """Stop when the reported loss has not improved by ``min_delta`` over ``patience`` reports."""
+
+    min_delta: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    patience: Annotated[int, Field(ge=1, le=10_000)]
+
+
 class CheckpointSpec(_Strict):
     """How often the job checkpoints, and how long a restart from a checkpoint takes."""
 
@@ -180,6 +187,7 @@ class JobSpec(_Strict):
     strategy: StrategySpec | None = None
     data: DataSpec | None = None
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    early_stop: EarlyStopSpec | None = None
     command: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
         default_factory=list, max_length=1024
     )
@@ -308,6 +316,9 @@ def job_from_spec(
         restart_overhead_seconds=spec.checkpoint.restart_overhead_minutes * 60.0,
         command=tuple(spec.command),
         retries=spec.retries,
+        early_stop=(spec.early_stop.min_delta, spec.early_stop.patience)
+        if spec.early_stop
+        else None,
     )
 
 

@@ -58,6 +58,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "restart_overhead_seconds": job.restart_overhead_seconds,
         "command": list(job.command),
         "retries": job.retries,
+        "early_stop": list(job.early_stop) if job.early_stop else None,
     }
 
 
@@ -101,4 +102,7 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         restart_overhead_seconds=d["restart_overhead_seconds"],
         command=tuple(d["command"]),
         retries=int(d.get("retries", 0)),
+        early_stop=(float(d["early_stop"][0]), int(d["early_stop"][1]))
+        if d.get("early_stop")
+        else None,
     )
