@@ -71,7 +71,14 @@ def run(
             svc.clock.sleep(svc.config.interval_seconds)
         console.print("leading")
         while cycles is None or done < cycles:
-            report = sched.cycle()
+            try:
+                report = sched.cycle()
+            except BudgeteerError as exc:  # the top of the loop: transient errors wait and retry
+                if not exc.transient:
+                    raise
+                console.print(f"[yellow]transient error, retrying:[/] {exc}")
+                svc.clock.sleep(svc.config.interval_seconds)
+                continue
             done += 1
             for job_id in report.launched:
                 console.print(f"launched {job_id}")

@@ -98,7 +98,10 @@ class SqlStore:
         return FileLeaderLock(Path(f"{database}.leader"))
 
     def _tx(self) -> Any:
-        return self.engine.begin()
+        try:
+            return self.engine.begin()
+        except sa.exc.OperationalError as exc:
+            raise StoreUnavailable(f"store {self.engine.url!r} unavailable: {exc.orig}") from exc
 
     # -- jobs -------------------------------------------------------------------------------
     def submit(
