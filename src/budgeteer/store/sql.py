@@ -98,10 +98,7 @@ class SqlStore:
         return FileLeaderLock(Path(f"{database}.leader"))
 
     def _tx(self) -> Any:
-        try:
-            return self.engine.begin()
-        except sa.exc.OperationalError as exc:
-            raise StoreUnavailable(f"store {self.engine.url!r} unavailable: {exc.orig}") from exc
+        return self.engine.begin()
 
     # -- jobs -------------------------------------------------------------------------------
     def submit(
