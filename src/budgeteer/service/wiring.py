@@ -75,6 +75,8 @@ def build(config: ServiceConfig, root: Path) -> Service:
     url = config.store
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         url = f"sqlite:///{root / url.removeprefix('sqlite:///')}"
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     catalog = load_catalog(
         None
         if config.catalog is None
