@@ -44,7 +44,8 @@ def _cycle_until(
     raise AssertionError("the loop did not get there")
 
 
-def test_spot_preemption_fallback_resume_and_ledger(tmp_path: Path) -> None:
+def _baseline(tmp_path: Path) -> Path:
+    """The model of an uninterrupted run of the example script."""
     baseline = tmp_path / "baseline.npy"
     env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
     subprocess.run(
@@ -53,6 +54,11 @@ def test_spot_preemption_fallback_resume_and_ledger(tmp_path: Path) -> None:
         check=True,
         timeout=120,
     )
+    return baseline
+
+
+def test_spot_preemption_fallback_resume_and_ledger(tmp_path: Path) -> None:
+    baseline = _baseline(tmp_path)
 
     spot = make_offering("spot", price=0.9, market=Market.SPOT, interruption_per_hour=0.3)
     od = make_offering("od", price=3.0)
@@ -187,14 +193,7 @@ def test_cancelling_a_running_job_stops_its_process(tmp_path: Path) -> None:
 
 
 def test_preempted_twice_on_spot_resumes_each_time_and_meets_its_deadline(tmp_path: Path) -> None:
-    baseline = tmp_path / "baseline.npy"
-    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
-    subprocess.run(
-        [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    baseline = _baseline(tmp_path)
     spot = make_offering("spot", price=0.9, market=Market.SPOT, interruption_per_hour=0.3)
     od = make_offering("od", price=3.0)
     catalog = Catalog((spot, od), dict(THROUGHPUT), EGRESS, "test")
@@ -299,14 +298,7 @@ def _spot_world(tmp_path: Path) -> tuple[Scheduler, SqlStore, ManualClock]:
 
 
 def test_behind_schedule_on_spot_switches_to_on_demand_and_resumes(tmp_path: Path) -> None:
-    baseline = tmp_path / "baseline.npy"
-    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
-    subprocess.run(
-        [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    baseline = _baseline(tmp_path)
     sched, store, clock = _spot_world(tmp_path)
     model = tmp_path / "model.npy"
     job = dataclasses.replace(

@@ -17,6 +17,7 @@ Limits: one process per attempt, so multi-instance (multi-node) attempts are ref
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -324,13 +325,11 @@ def _alive(pid: int) -> bool:
 def _signal(pid: int | None, sig: int, *, group: bool) -> None:
     if pid is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it is gone already: nothing to signal
         if group:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_killed(a: _Attempt) -> int:
