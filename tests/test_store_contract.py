@@ -217,3 +217,18 @@ def test_cancel_pending_at_once_and_active_on_request(store: Store) -> None:
     assert store.request_cancel("s", at=NOW) is S.SUCCEEDED
     with pytest.raises(UnknownJob):
         store.request_cancel("ghost", at=NOW)
+
+
+def test_attempts_remember_the_cost_their_plan_expected(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    attempt = store.start_attempt(
+        "a",
+        backend="sandbox",
+        offering_id="o",
+        market="spot",
+        instance_ids=[],
+        at=NOW,
+        expected_cost_usd=Decimal("12.345678"),
+    )
+    assert store.attempts("a")[0].expected_cost_usd == Decimal("12.345678")
+    assert attempt.expected_cost_usd == Decimal("12.345678")

@@ -145,7 +145,10 @@ class Scheduler:
                     continue
                 billed = [e.end for e in self.store.ledger(job.id) if e.attempt_id == attempt.id]
                 self._live[attempt.id] = _Live(
-                    attempt, handle, 0.0, max(billed, default=attempt.started_at)
+                    attempt,
+                    handle,
+                    float(attempt.expected_cost_usd),
+                    max(billed, default=attempt.started_at),
                 )
                 adopted = True
             if not adopted:
@@ -404,6 +407,7 @@ class Scheduler:
             market=offering.market,
             instance_ids=[],
             at=now,
+            expected_cost_usd=Decimal(repr(expected_usd)).quantize(Decimal("0.000001")),
         )
         request = LaunchRequest(
             job.id, attempt.number, offering, job.command, self.checkpoint_root / job.id

@@ -57,6 +57,7 @@ class Attempt:
     started_at: datetime
     ended_at: datetime | None = None
     exit_reason: str | None = None
+    expected_cost_usd: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +121,9 @@ class Store(Protocol):
         market: str,
         instance_ids: Sequence[str],
         at: datetime,
+        expected_cost_usd: Decimal = Decimal(0),
     ) -> Attempt:
-        """Record a new attempt (numbered from 1 per job)."""
+        """Record a new attempt (numbered from 1 per job) with the cost its plan expects."""
         ...
 
     def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:

@@ -6,6 +6,7 @@ import dataclasses
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent, check_transition
@@ -119,6 +120,7 @@ class MemoryStore:
         market: str,
         instance_ids: Sequence[str],
         at: datetime,
+        expected_cost_usd: Decimal = Decimal(0),
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
@@ -134,6 +136,7 @@ class MemoryStore:
                 market,
                 tuple(instance_ids),
                 at,
+                expected_cost_usd=expected_cost_usd,
             )
             self._attempts.append(attempt)
             return attempt

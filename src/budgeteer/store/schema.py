@@ -106,6 +106,7 @@ attempts = sa.Table(
     sa.Column("started_at", UtcDateTime, nullable=False),
     sa.Column("ended_at", UtcDateTime),
     sa.Column("exit_reason", sa.Text),
+    sa.Column("expected_cost_usd", ExactDecimal, nullable=False, server_default="0"),
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
 )
 

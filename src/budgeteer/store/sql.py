@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,7 @@ class SqlStore:
         market: str,
         instance_ids: Sequence[str],
         at: datetime,
+        expected_cost_usd: Decimal = Decimal(0),
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._tx() as conn:
@@ -304,11 +306,20 @@ class SqlStore:
                     market=market,
                     instance_ids=list(instance_ids),
                     started_at=at,
+                    expected_cost_usd=expected_cost_usd,
                 )
                 .returning(t.attempts.c.id)
             ).scalar_one()
         return Attempt(
-            attempt_id, job_id, number, backend, offering_id, market, tuple(instance_ids), at
+            attempt_id,
+            job_id,
+            number,
+            backend,
+            offering_id,
+            market,
+            tuple(instance_ids),
+            at,
+            expected_cost_usd=expected_cost_usd,
         )
 
     def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
@@ -405,4 +416,5 @@ def _attempt(row: Any) -> Attempt:
         row.started_at,
         row.ended_at,
         row.exit_reason,
+        row.expected_cost_usd,
     )
