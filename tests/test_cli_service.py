@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +78,29 @@ def test_bad_config_is_named(tmp_path: Path, config: str, message: str) -> None:
     out = budgeteer("status", "--config", str(path))
     assert out.returncode == 2
     assert message in out.stderr
+
+
+def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path) -> None:
+    cfg = tmp_path / "budgeteer.yaml"
+    # a minute of real time between cycles: only events can make this run finish in time
+    cfg.write_text(
+        "store: sqlite:///state.db\ninterval_seconds: 3600\n"
+        "backend: {kind: sandbox, workdir: work, time_scale: 60}\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stderr is not None
+    assert run.stderr.readline().strip() == "leading"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        f"- {{name: quick, team: t, work: {{reference_hours: 0.01}}, spot: "
+        f"{{allowed: false}}, command: [{sys.executable}, -c, '0']}}\n"
+    )
+    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
+    # submission, start-up and exit each wake the loop; on its interval alone it would need
+    # two more minutes
+    assert run.wait(timeout=45) == 0
+    assert "succeeded" in budgeteer("status", "--config", str(cfg)).stdout

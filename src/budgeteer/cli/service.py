@@ -87,7 +87,7 @@ def run(
             jobs = svc.store.jobs()
             if until_idle and jobs and all(j.state.is_terminal for j in jobs):
                 break
-            svc.clock.sleep(svc.config.interval_seconds)
+            sched.wait_for_event(svc.config.interval_seconds)
     except KeyboardInterrupt:
         console.print("stopping")
     finally:

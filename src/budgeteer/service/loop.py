@@ -19,6 +19,9 @@ through the backend (``adopt``) and billed from where the ledger stops.
 A run that fails for its own reasons is tried again up to the job's ``retries`` and a full
 offering is retried, both with exponential backoff (clock time, in this process).
 
+The loop runs every ``interval`` and sooner on events (``wait_for_event``): a submission or a
+state change in the store, an attempt that ends or is preempted, a new progress report.
+
 Runtime control: the progress reports of running attempts are sampled at each cycle; a job whose
 loss has stalled (``early_stop``) is checkpointed and stopped early; a spot job that is behind
 schedule (ETA past the deadline less a margin) or whose switch rule fires is checkpointed,
@@ -121,6 +124,32 @@ class Scheduler:
         self._apply(plan, report)
         report.plan = plan
         return report
+
+    def wait_for_event(self, max_seconds: float) -> bool:
+        """Sleep up to ``max_seconds`` (clock time), returning early — True — when something
+        happened that a cycle should see: a submission or a state change in the store, an
+        attempt that ended or was preempted, a new progress report."""
+        token = self.store.change_token()
+        progress = self._progress_marks()
+        # look about five times a second of real time, whatever the clock's speed
+        slice_seconds = 0.2 * float(getattr(self.clock, "scale", 1.0))
+        waited = 0.0
+        while waited < max_seconds:
+            step = min(slice_seconds, max_seconds - waited)
+            self.clock.sleep(step)
+            waited += step
+            if self.store.change_token() != token or self._progress_marks() != progress:
+                return True
+            if any(self.backend.status(live.handle).state.is_final for live in self._live.values()):
+                return True
+        return False
+
+    def _progress_marks(self) -> tuple[float, ...]:
+        marks = []
+        for live in self._live.values():
+            path = self.checkpoint_root / live.attempt.job_id / "progress.jsonl"
+            marks.append(path.stat().st_mtime if path.exists() else 0.0)
+        return tuple(marks)
 
     # -- 0. after a restart: re-attach to what an earlier process launched -----------------
     def _adopt(self) -> None:

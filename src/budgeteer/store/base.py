@@ -103,6 +103,11 @@ class Store(Protocol):
         """The job's events in order."""
         ...
 
+    def change_token(self) -> int:
+        """A number that changes whenever a job is submitted, moves or is asked to cancel (the
+        loop polls it cheaply to wake up on events)."""
+        ...
+
     def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
         """Cancel: a pending job is cancelled at once; an active one is marked, and the
         scheduler stops its attempt; a finished one is left as it is. Returns the state."""

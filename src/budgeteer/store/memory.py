@@ -95,6 +95,11 @@ class MemoryStore:
                 raise UnknownJob(f"no job {job_id!r}")
             return list(self._events[job_id])
 
+    def change_token(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return sum(len(e) for e in self._events.values()) + len(self._cancel)
+
     def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
         """See :class:`~budgeteer.store.base.Store`."""
         job = self.job(job_id)

@@ -243,6 +243,17 @@ class SqlStore:
                 for r in rows
             ]
 
+    def change_token(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            events = conn.execute(sa.select(sa.func.count()).select_from(t.job_events)).scalar_one()
+            cancels = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t.jobs)
+                .where(t.jobs.c.cancel_requested_at.is_not(None))
+            ).scalar_one()
+        return int(events) + int(cancels)
+
     def request_cancel(self, job_id: str, *, at: datetime) -> JobState:
         """See :class:`~budgeteer.store.base.Store`."""
         job = self.job(job_id)
