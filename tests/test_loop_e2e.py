@@ -341,3 +341,16 @@ def test_a_flat_loss_stops_the_job_early(tmp_path: Path) -> None:
     assert causes == ["early stop: loss improved less than 10.0 over the last 2 reports"]
     assert (tmp_path / "ckpt" / "plateau" / "LATEST").exists()  # it checkpointed on the way out
     store.close()
+
+
+def test_a_resumed_job_is_planned_for_the_work_it_has_left(tmp_path: Path) -> None:
+    sched, store, _ = _world(tmp_path)
+    store.submit([dataclasses.replace(make_job("half", hours=8), command=("true",))], at=T0)
+    folder = tmp_path / "ckpt" / "half"
+    folder.mkdir(parents=True)
+    (folder / "progress.jsonl").write_text(json.dumps({"step": 75, "total_steps": 100}) + "\n")
+    plan = sched.cycle().plan
+    assert plan is not None
+    placement = plan.admissions[0].placement
+    assert placement.runtime_hours == 2.0  # a quarter of 8 reference hours on one A100
+    store.close()

@@ -352,7 +352,7 @@ class Scheduler:
 
     # -- 2. snapshot ------------------------------------------------------------------------
     def _snapshot(self) -> Snapshot:
-        jobs = [self._with_fallback(job) for job in self.store.jobs()]
+        jobs = [self._remaining(self._with_fallback(job)) for job in self.store.jobs()]
         teams = {j.id: (j.team, j.project) for j in jobs}
         ledger = self.store.ledger()
         spend = tuple(
@@ -381,6 +381,38 @@ class Scheduler:
             spend=spend,
             running=running,
         )
+
+    def _remaining(self, job: Job) -> Job:
+        """A pending job that has checkpointed progress is planned for the work it has left
+        (from its last progress report), not for all of it."""
+        if not job.state.is_pending or job.work.reference_hours is None:
+            return job
+        done = self._progress_done(job.id)
+        if done <= 0:
+            return job
+        left = max(1.0 - done, 0.01)
+        work = dataclasses.replace(job.work, reference_hours=job.work.reference_hours * left)
+        incremental = (
+            job.incremental_reference_hours * left
+            if job.incremental_reference_hours is not None
+            else None
+        )
+        return dataclasses.replace(job, work=work, incremental_reference_hours=incremental)
+
+    def _progress_done(self, job_id: str) -> float:
+        """Share of the work done by the last progress report in the job's checkpoint folder."""
+        path = self.checkpoint_root / job_id / "progress.jsonl"
+        if not path.exists():
+            return 0.0
+        for line in reversed(path.read_text(errors="replace").splitlines()):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            step, total = record.get("step"), record.get("total_steps")
+            if isinstance(step, int) and isinstance(total, int) and total > 0:
+                return min(step / total, 1.0)
+        return 0.0
 
     def _with_fallback(self, job: Job) -> Job:
         """A pending job preempted ``max_preemptions`` times is planned without spot."""
