@@ -224,6 +224,11 @@ class Scheduler:
         self, job: Job, attempt_id: int, state: RunState, reason: str, at: datetime
     ) -> None:
         job = self.store.job(job.id)
+        if state is not RunState.SUCCEEDED and job.id in self.store.cancel_requested():
+            # a cancel wins over a retry, a resume after preemption or a market switch
+            self._stopping.pop(attempt_id, None)
+            self.store.transition(job.id, S.CANCELLED, at=at, cause="cancelled on request")
+            return
         if job.state is S.PROVISIONING and state is not RunState.PREEMPTED:
             self.store.transition(job.id, S.RUNNING, at=at, cause="instance ran")
         if state is RunState.SUCCEEDED:
