@@ -357,7 +357,15 @@ class Scheduler:
 
     # -- 2. snapshot ------------------------------------------------------------------------
     def _snapshot(self) -> Snapshot:
-        jobs = [self._remaining(self._with_fallback(job)) for job in self.store.jobs()]
+        # one query for every attempt, not one per pending job: the queue can be long
+        preemptions: dict[str, int] = {}
+        for a in self.store.attempts():
+            if (a.exit_reason or "").startswith(RunState.PREEMPTED.value):
+                preemptions[a.job_id] = preemptions.get(a.job_id, 0) + 1
+        jobs = [
+            self._remaining(self._with_fallback(job, preemptions.get(job.id, 0)))
+            for job in self.store.jobs()
+        ]
         teams = {j.id: (j.team, j.project) for j in jobs}
         ledger = self.store.ledger()
         spend = tuple(
@@ -419,18 +427,13 @@ class Scheduler:
                 return min(step / total, 1.0)
         return 0.0
 
-    def _with_fallback(self, job: Job) -> Job:
+    def _with_fallback(self, job: Job, preemptions: int) -> Job:
         """A pending job preempted ``max_preemptions`` times is planned without spot."""
         if job.state.is_pending and job.id in self._on_demand_only:
             return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
         limit = self.policy.spot_rules_for(job).max_preemptions
         if not job.state.is_pending or limit is None:
             return job
-        preemptions = sum(
-            1
-            for a in self.store.attempts(job.id)
-            if (a.exit_reason or "").startswith(RunState.PREEMPTED.value)
-        )
         if preemptions < limit:
             return job
         return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))

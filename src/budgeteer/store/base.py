@@ -135,8 +135,8 @@ class Store(Protocol):
         """Record how an attempt ended; ending it again with the same outcome is a no-op."""
         ...
 
-    def attempts(self, job_id: str) -> list[Attempt]:
-        """The job's attempts in order."""
+    def attempts(self, job_id: str | None = None) -> list[Attempt]:
+        """The job's attempts in order (all jobs' attempts, by id, when ``job_id`` is None)."""
         ...
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:

@@ -157,10 +157,10 @@ class MemoryStore:
                 self._attempts[attempt_id - 1] = attempt
             return attempt
 
-    def attempts(self, job_id: str) -> list[Attempt]:
+    def attempts(self, job_id: str | None = None) -> list[Attempt]:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
-            return [a for a in self._attempts if a.job_id == job_id]
+            return [a for a in self._attempts if job_id is None or a.job_id == job_id]
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""

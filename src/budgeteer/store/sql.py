@@ -346,15 +346,15 @@ class SqlStore:
             raise UnknownJob(f"no attempt {attempt_id}")
         return _attempt(row)
 
-    def attempts(self, job_id: str) -> list[Attempt]:
+    def attempts(self, job_id: str | None = None) -> list[Attempt]:
         """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.attempts)
+        if job_id is None:
+            query = query.order_by(t.attempts.c.id)
+        else:
+            query = query.where(t.attempts.c.job_id == job_id).order_by(t.attempts.c.number)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(t.attempts)
-                .where(t.attempts.c.job_id == job_id)
-                .order_by(t.attempts.c.number)
-            )
-            return [_attempt(r) for r in rows]
+            return [_attempt(r) for r in conn.execute(query)]
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""
