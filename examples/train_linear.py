@@ -111,7 +111,8 @@ def main() -> None:
             epoch * n_batches,
         )
         sdk.report(step=epoch * n_batches, total_steps=total, epoch=epoch, loss=loss)
-    np.save(args.out, w)
+    if sdk.rank() == 0:  # on several instances, rank 0 writes the model (as it checkpoints)
+        np.save(args.out, w)
 
 
 if __name__ == "__main__":

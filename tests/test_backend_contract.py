@@ -216,6 +216,43 @@ def test_the_job_sees_its_environment(clock: ManualClock, tmp_path: Path) -> Non
     assert env["BUDGETEER_MARKET"] == "on_demand"
 
 
+def test_multi_instance_attempts_run_every_rank_and_count_against_capacity(
+    backend: ComputeBackend, clock: ManualClock, tmp_path: Path
+) -> None:
+    assert backend.capabilities.multi_node
+    pool = make_offering("pool", max_instances=3, startup_seconds=0)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    write_rank = (
+        "import os, sys, pathlib; e = os.environ; "
+        "pathlib.Path(sys.argv[1], e['BUDGETEER_NODE_RANK']).write_text("
+        "e['BUDGETEER_NUM_NODES'] + ' ' + e['BUDGETEER_WORKERS'])"
+    )
+    request = _request(
+        tmp_path, [PY, "-c", write_rank, str(out)], offering=pool, instances=2, workers=4
+    )
+    handle = backend.launch(request)
+    assert len(handle.instance_ids) == 2
+    with pytest.raises(CapacityUnavailable, match="2 of 3 instances are in use, 2 asked for"):
+        backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=pool, instances=2))
+    status = _settle(backend, handle)
+    assert status.state is RunState.SUCCEEDED
+    assert {f.name: f.read_text() for f in out.iterdir()} == {"0": "2 4", "1": "2 4"}
+
+
+def test_one_failing_instance_fails_the_attempt_and_stops_the_others(
+    backend: ComputeBackend, tmp_path: Path
+) -> None:
+    # rank 1 fails at once; rank 0 would sleep for ten minutes unless brought down
+    script = (
+        "import os, sys, time; "
+        "sys.exit(3) if os.environ['BUDGETEER_NODE_RANK'] == '1' else time.sleep(600)"
+    )
+    request = _request(tmp_path, [PY, "-c", script], offering=make_offering("od2"), instances=2)
+    status = _settle(backend, backend.launch(request))
+    assert (status.state, status.exit_code) == (RunState.FAILED, 3)
+
+
 def test_rate_market_is_seeded_and_alternates(tmp_path: Path) -> None:
     spot = make_offering("spot", market=Market.SPOT, interruption_per_hour=2.0)
     a = RateMarket(T0, seed=3)

@@ -354,3 +354,32 @@ def test_a_resumed_job_is_planned_for_the_work_it_has_left(tmp_path: Path) -> No
     placement = plan.admissions[0].placement
     assert placement.runtime_hours == 2.0  # a quarter of 8 reference hours on one A100
     store.close()
+
+
+def test_an_elastic_job_behind_schedule_gets_more_workers(tmp_path: Path) -> None:
+    baseline = _baseline(tmp_path)
+    sched, store, clock = _spot_world(tmp_path)
+    model = tmp_path / "model.npy"
+    job = dataclasses.replace(
+        make_job("elastic", hours=0.5, deadline_hours=3, spot=False, workers=(1, 4)),
+        command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(model)),
+    )
+    store.submit([job], at=T0)
+    # the clock races ahead of the real process: one worker cannot make the deadline
+    _cycle_until(sched, lambda: store.job("elastic").state.is_terminal, clock, 120.0)
+    assert store.job("elastic").state is S.SUCCEEDED
+    ran = store.attempts("elastic")
+    assert [a.workers for a in ran][:2] == [1, 2]
+    assert all(a.market == "on_demand" and a.instances == a.workers for a in ran)
+    causes = [e.cause for e in store.events("elastic") if e.to_state is S.CHECKPOINTING]
+    assert causes[0].startswith("scale up to 2 workers: ETA")
+    assert np.array_equal(np.load(baseline), np.load(model))  # resumed from the checkpoint
+    # two instances bill twice: the ledger equals price × instances × time, attempt by attempt
+    for a in ran:
+        assert a.ended_at is not None
+        billed = sum(
+            (e.amount_usd for e in store.ledger("elastic") if e.attempt_id == a.id), Decimal(0)
+        )
+        seconds = Decimal(str((a.ended_at - a.started_at).total_seconds()))
+        assert billed == Decimal("3.0") * a.instances * seconds / 3600
+    store.close()

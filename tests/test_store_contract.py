@@ -99,8 +99,11 @@ def test_attempts_and_an_exact_ledger(store: Store) -> None:
         market="on_demand",
         instance_ids=["i-2", "i-3"],
         at=NOW + timedelta(hours=1),
+        instances=2,
+        workers=4,
     )
     assert (one.number, two.number) == (1, 2)
+    assert [(a.instances, a.workers) for a in store.attempts("a")] == [(1, 1), (2, 4)]
     ended = store.end_attempt(one.id, at=NOW + timedelta(hours=1), exit_reason="preempted")
     again = store.end_attempt(one.id, at=NOW + timedelta(hours=2), exit_reason="other")
     assert ended.exit_reason == again.exit_reason == "preempted"
@@ -130,9 +133,10 @@ def test_attempts_and_an_exact_ledger(store: Store) -> None:
             "a",
             NOW + timedelta(hours=1),
             NOW + timedelta(hours=2),
-            Decimal("3.06"),
+            Decimal("1.53"),
             Decimal("3.06"),
             "catalog:vms.csv",
+            2,
         ),
     ]
     assert [store.add_ledger_entry(e) for e in entries] == [True, True, True]
@@ -145,6 +149,7 @@ def test_attempts_and_an_exact_ledger(store: Store) -> None:
     ]
     assert sum(r.amount_usd for r in rows) == Decimal("3.36000003")
     assert rows[0].start == NOW
+    assert [r.instances for r in rows] == [1, 1, 2]
 
 
 def test_concurrent_transitions_let_exactly_one_win(store: Store) -> None:

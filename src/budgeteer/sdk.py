@@ -17,6 +17,10 @@ Tiny and dependency-free, so any training script can use it::
 Under budgeteer the scheduler sets ``BUDGETEER_CHECKPOINT_DIR`` (persistent across attempts),
 ``BUDGETEER_JOB_ID``, ``BUDGETEER_ATTEMPT`` and ``BUDGETEER_PROGRESS_FILE``. Run by hand
 (``python train.py``) it checkpoints to ``./checkpoints`` and reports to the log.
+
+On several instances (``BUDGETEER_NUM_NODES`` > 1) every instance runs the script; as in
+PyTorch's convention, only rank 0 (:func:`rank`) writes checkpoints and reports progress, the
+other ranks' calls only log, so the instances never race on the same files.
 """
 
 from __future__ import annotations
@@ -50,6 +54,16 @@ class Checkpoint:
     data: bytes
 
 
+def rank() -> int:
+    """This instance's rank among the attempt's instances (``BUDGETEER_NODE_RANK``, 0 alone)."""
+    return int(os.environ.get("BUDGETEER_NODE_RANK", "0") or 0)
+
+
+def num_nodes() -> int:
+    """How many instances the attempt runs on (``BUDGETEER_NUM_NODES``, 1 alone)."""
+    return int(os.environ.get("BUDGETEER_NUM_NODES", "1") or 1)
+
+
 def checkpoint_dir() -> Path:
     """Where checkpoints live: ``$BUDGETEER_CHECKPOINT_DIR`` or ``./checkpoints`` (created)."""
     path = Path(os.environ.get("BUDGETEER_CHECKPOINT_DIR", "checkpoints"))
@@ -78,11 +92,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def save_checkpoint(data: bytes, step: int) -> Path:
-    """Save ``data`` as the checkpoint of ``step`` atomically; keeps the newest two."""
+    """Save ``data`` as the checkpoint of ``step`` atomically; keeps the newest two. On a rank
+    other than 0 nothing is written (rank 0 saves) and the path rank 0 writes is returned."""
     if step < 0:
         raise ValueError("step must be ≥ 0")
     folder = checkpoint_dir()
     path = folder / f"ckpt-{step:012d}.bin"
+    if rank() != 0:
+        return path
     _atomic_write(path, data)
     _atomic_write(folder / "LATEST", json.dumps({"step": step, "file": path.name}).encode())
     for old in sorted(folder.glob("ckpt-*.bin"))[:-KEEP_CHECKPOINTS]:
@@ -127,7 +144,7 @@ def report(
     }
     record = {k: v for k, v in record.items() if v is not None}
     target = os.environ.get("BUDGETEER_PROGRESS_FILE")
-    if target:
+    if target and rank() == 0:
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
             fh.flush()

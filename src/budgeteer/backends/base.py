@@ -50,7 +50,8 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
-    """One attempt of a job on ``instances`` instances of ``offering``."""
+    """One attempt of a job on ``instances`` instances of ``offering``, running ``workers``
+    training workers in all (handed to the job as ``BUDGETEER_WORKERS``)."""
 
     job_id: str
     attempt: int
@@ -58,6 +59,7 @@ class LaunchRequest:
     command: tuple[str, ...]
     checkpoint_dir: Path
     instances: int = 1
+    workers: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -120,7 +122,8 @@ class ComputeBackend(Protocol):
         ...
 
     def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
-        """The price per instance-hour in force at ``at`` and its source."""
+        """The price per instance-hour in force at ``at`` and its source (an attempt on n
+        instances costs n times this)."""
         ...
 
     def adopt(self, request: LaunchRequest) -> Handle | None:

@@ -12,7 +12,9 @@ keeps its state in ``workdir/attempts/<job>.<attempt>/`` (launch record, shim pi
 status), so a sandbox created after a scheduler restart re-attaches to attempts that are still
 running (``adopt``) and learns how the others ended.
 
-Limits: one process per attempt, so multi-instance (multi-node) attempts are refused.
+An attempt on n instances runs the command n times side by side (one process per instance, with
+``BUDGETEER_NODE_RANK`` and ``BUDGETEER_NUM_NODES``), takes n instances of the offering's
+capacity and ends when all of them have; the notice reaches every instance at once.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class SandboxBackend:
     """Local processes on a simulated market (see the module docstring)."""
 
     name = "sandbox"
-    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=False)
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=True)
 
     def __init__(
         self, clock: Clock, market: SandboxMarket, workdir: Path, grace_seconds: float = 30.0
@@ -84,20 +86,22 @@ class SandboxBackend:
             self._advance()
             offering = request.offering
             in_use = sum(
-                1
+                a.request.instances
                 for a in self._attempts.values()
                 if a.final is None and a.request.offering.id == offering.id
             )
-            if offering.max_instances is not None and in_use >= offering.max_instances:
+            limit = offering.max_instances
+            if limit is not None and in_use + request.instances > limit:
                 raise CapacityUnavailable(
-                    f"{offering.id}: all {offering.max_instances} instances are in use"
+                    f"{offering.id}: {in_use} of {limit} instances are in use, "
+                    f"{request.instances} asked for"
                 )
             now = self.clock.now()
             if not self.market.available(offering, now):
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
             hid = f"{request.job_id}.{request.attempt}"
             handle = Handle(
-                self.name, hid, request.job_id, request.attempt, offering.id, (f"{hid}-0",), now
+                self.name, hid, request.job_id, request.attempt, offering.id, _ids(request), now
             )
             state_dir = self.workdir / "attempts" / hid
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -123,7 +127,7 @@ class SandboxBackend:
             request.job_id,
             request.attempt,
             request.offering.id,
-            (f"{hid}-0",),
+            _ids(request),
             datetime.fromisoformat(record["launched_at"]),
         )
         attempt = _Attempt(
@@ -176,9 +180,9 @@ class SandboxBackend:
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> None:
-        if request.instances != 1:
+        if request.instances < 1 or request.workers < 1:
             raise LaunchFailed(
-                f"the sandbox runs one process per attempt; asked for {request.instances} instances"
+                f"instances and workers must be ≥ 1; got {request.instances} and {request.workers}"
             )
         if not request.command:
             raise LaunchFailed("empty command")
@@ -239,9 +243,11 @@ class SandboxBackend:
             "BUDGETEER_PROGRESS_FILE": str(req.checkpoint_dir / "progress.jsonl"),
             "BUDGETEER_MARKET": req.offering.market.value,
             "BUDGETEER_OFFERING": req.offering.id,
+            "BUDGETEER_WORKERS": str(req.workers),
         }
         a.log_path.parent.mkdir(parents=True, exist_ok=True)
-        shim = [sys.executable, "-m", "budgeteer.backends.shim", str(a.state_dir), "--"]
+        shim = [sys.executable, "-m", "budgeteer.backends.shim", str(a.state_dir)]
+        shim += ["--instances", str(req.instances), "--"]
         with open(a.log_path, "ab") as log:
             a.process = subprocess.Popen(
                 [*shim, *req.command],
@@ -283,6 +289,11 @@ class SandboxBackend:
         if a.pid is None:
             return Status(RunState.PROVISIONING)
         return Status(RunState.RUNNING, started_at=a.started_at)
+
+
+def _ids(request: LaunchRequest) -> tuple[str, ...]:
+    hid = f"{request.job_id}.{request.attempt}"
+    return tuple(f"{hid}-{i}" for i in range(request.instances))
 
 
 def _record(state_dir: Path, **fields: object) -> None:

@@ -22,10 +22,15 @@ offering is retried, both with exponential backoff (clock time, in this process)
 The loop runs every ``interval`` and sooner on events (``wait_for_event``): a submission or a
 state change in the store, an attempt that ends or is preempted, a new progress report.
 
-Runtime control: the progress reports of running attempts are sampled at each cycle; a job whose
-loss has stalled (``early_stop``) is checkpointed and stopped early; a spot job that is behind
-schedule (ETA past the deadline less a margin) or whose switch rule fires is checkpointed,
-stopped and relaunched on on-demand. Each action is an event with its reason.
+Runtime control: the progress reports of running attempts are sampled at each cycle and the pure
+:func:`~budgeteer.core.control.runtime_action` decides: a job whose loss has stalled
+(``early_stop``) is checkpointed and stopped early; a spot job that is behind schedule (ETA past
+the deadline less a margin) or whose switch rule fires is checkpointed, stopped and relaunched on
+on-demand; an elastic job behind schedule off spot is relaunched with more workers. Each action
+is an event with its reason, and the reason is the stopped attempt's exit reason in the store —
+so the next plans (on-demand only, at least n workers) follow from the store, after a restart too.
+
+An attempt holds the placement's instances and workers; it is billed price × instances.
 """
 
 from __future__ import annotations
@@ -48,10 +53,18 @@ from budgeteer.backends.base import (
 )
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
-from budgeteer.core import Allocation, HoldReason, Plan, Policy, Snapshot, plan_cycle
-from budgeteer.core.progress import Sample, behind_schedule, eta, loss_stalled, rule_fires
+from budgeteer.core import Allocation, HoldReason, Placement, Plan, Policy, Snapshot, plan_cycle
+from budgeteer.core.control import (
+    EARLY_STOP_PREFIX,
+    SCALE_PREFIX,
+    SWITCH_PREFIX,
+    Running,
+    runtime_action,
+)
+from budgeteer.core.progress import Sample
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Market
 from budgeteer.store.base import Attempt, LedgerEntry, Store
 
 S = JobState
@@ -110,8 +123,7 @@ class Scheduler:
         self._samples: dict[int, list[Sample]] = {}  # progress seen, per attempt
         self._losses: dict[int, list[float]] = {}
         self._read: dict[int, int] = {}  # bytes of the progress file already read
-        self._stopping: dict[int, str] = {}  # attempt → "switch" | "early_stop"
-        self._on_demand_only: set[str] = set()
+        self._stopping: set[int] = set()  # attempts asked to stop by runtime control
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -164,7 +176,13 @@ class Scheduler:
             for attempt in open_attempts:
                 offering = self._offerings[attempt.offering_id]
                 request = LaunchRequest(
-                    job.id, attempt.number, offering, job.command, self.checkpoint_root / job.id
+                    job.id,
+                    attempt.number,
+                    offering,
+                    job.command,
+                    self.checkpoint_root / job.id,
+                    instances=attempt.instances,
+                    workers=attempt.workers,
                 )
                 handle = self.backend.adopt(request)
                 if handle is None:
@@ -226,7 +244,7 @@ class Scheduler:
         job = self.store.job(job.id)
         if state is not RunState.SUCCEEDED and job.id in self.store.cancel_requested():
             # a cancel wins over a retry, a resume after preemption or a market switch
-            self._stopping.pop(attempt_id, None)
+            self._stopping.discard(attempt_id)
             self.store.transition(job.id, S.CANCELLED, at=at, cause="cancelled on request")
             return
         if job.state is S.PROVISIONING and state is not RunState.PREEMPTED:
@@ -253,10 +271,11 @@ class Scheduler:
         elif state is RunState.PREEMPTED:
             self.store.transition(job.id, S.PREEMPTED, at=at, cause=reason)
             self.store.transition(job.id, S.QUEUED, at=at, cause="resume from checkpoint")
-        elif self._stopping.pop(attempt_id, "") == "switch":
-            self._on_demand_only.add(job.id)
+        elif reason.startswith((SWITCH_PREFIX, SCALE_PREFIX)):
+            self._stopping.discard(attempt_id)
             self.store.transition(job.id, S.QUEUED, at=at, cause="checkpointed; relaunch")
-        elif job.state is S.CHECKPOINTING:  # an early stop
+        elif reason.startswith(EARLY_STOP_PREFIX):
+            self._stopping.discard(attempt_id)
             self.store.transition(job.id, S.STOPPED_EARLY, at=at, cause=reason)
         else:  # stopped on request
             self.store.transition(job.id, S.CANCELLED, at=at, cause=reason)
@@ -268,6 +287,7 @@ class Scheduler:
         offering = self._offerings[live.attempt.offering_id]
         price, source = self.backend.price(offering, start)
         seconds = Decimal(str((until - start).total_seconds()))
+        instances = live.attempt.instances
         self.store.add_ledger_entry(
             LedgerEntry(
                 live.attempt.id,
@@ -275,8 +295,9 @@ class Scheduler:
                 start,
                 until,
                 price,
-                price * seconds / Decimal(3600),
+                price * instances * seconds / Decimal(3600),
                 source,
+                instances,
             )
         )
         live.billed_until = until
@@ -309,61 +330,35 @@ class Scheduler:
                 samples.append(Sample(now, step, total))
 
     def _control(self, live: _Live, job: Job, now: datetime) -> None:
-        """Runtime control: early stop on a flat loss; off spot when behind or a rule fires."""
+        """Runtime control (:mod:`budgeteer.core.control`): apply the action it decides."""
         aid = live.attempt.id
         if aid in self._stopping or job.state is not S.RUNNING:
             return
-        samples = self._samples.get(aid, [])
-        if job.early_stop and loss_stalled(self._losses.get(aid, []), *job.early_stop):
-            delta, patience = job.early_stop
-            self._stop(
-                live,
-                "early_stop",
-                now,
-                f"early stop: loss improved less than {delta} over the last {patience} reports",
-            )
-            return
-        if live.attempt.market != "spot":
-            return
-        rule = rule_fires(
-            self.policy.spot_rules_for(job).rules, live.attempt.started_at, now, samples
+        run = Running(
+            job,
+            Market(live.attempt.market),
+            live.attempt.workers,
+            live.attempt.started_at,
+            self._samples.get(aid, []),
+            self._losses.get(aid, []),
         )
-        if rule is not None:
-            self._stop(
-                live,
-                "switch",
-                now,
-                f"switch to on-demand: after {rule.after_hours:g} h "
-                f"under {rule.if_progress_below:.0%} done",
-            )
-            return
-        if job.deadline is not None:
-            margin = (job.deadline - job.submitted_at) * self.policy.deadline_margin_fraction
-            if behind_schedule(samples, job.deadline, margin):
-                finish = eta(samples)
-                assert finish is not None
-                self._stop(
-                    live,
-                    "switch",
-                    now,
-                    "switch to on-demand: ETA "
-                    f"{finish:%H:%M} is past the deadline {job.deadline:%H:%M} less margin",
-                )
+        action = runtime_action(run, now, self.policy)
+        if action is not None:
+            self._stop(live, now, action.reason)
 
-    def _stop(self, live: _Live, why: str, now: datetime, cause: str) -> None:
-        self._stopping[live.attempt.id] = why
+    def _stop(self, live: _Live, now: datetime, cause: str) -> None:
+        self._stopping.add(live.attempt.id)
         self.store.transition(live.attempt.job_id, S.CHECKPOINTING, at=now, cause=cause)
         self.backend.stop(live.handle, cause)
 
     # -- 2. snapshot ------------------------------------------------------------------------
     def _snapshot(self) -> Snapshot:
         # one query for every attempt, not one per pending job: the queue can be long
-        preemptions: dict[str, int] = {}
+        history: dict[str, list[Attempt]] = {}
         for a in self.store.attempts():
-            if (a.exit_reason or "").startswith(RunState.PREEMPTED.value):
-                preemptions[a.job_id] = preemptions.get(a.job_id, 0) + 1
+            history.setdefault(a.job_id, []).append(a)
         jobs = [
-            self._remaining(self._with_fallback(job, preemptions.get(job.id, 0)))
+            self._remaining(self._with_runtime_history(job, history.get(job.id, [])))
             for job in self.store.jobs()
         ]
         teams = {j.id: (j.team, j.project) for j in jobs}
@@ -379,7 +374,7 @@ class Scheduler:
             Allocation(
                 live.attempt.job_id,
                 live.attempt.offering_id,
-                1,
+                live.attempt.instances,
                 max(0.0, live.expected_cost_usd - float(billed.get(aid, Decimal(0)))),
             )
             for aid, live in self._live.items()
@@ -427,16 +422,30 @@ class Scheduler:
                 return min(step / total, 1.0)
         return 0.0
 
-    def _with_fallback(self, job: Job, preemptions: int) -> Job:
-        """A pending job preempted ``max_preemptions`` times is planned without spot."""
-        if job.state.is_pending and job.id in self._on_demand_only:
-            return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+    def _with_runtime_history(self, job: Job, attempts: Sequence[Attempt]) -> Job:
+        """A pending job is planned as its attempts so far demand: without spot once preempted
+        ``max_preemptions`` times or switched to on-demand by runtime control, and with at least
+        the workers a scale-up asked for."""
+        if not job.state.is_pending or not attempts:
+            return job
+        reasons = [a.exit_reason or "" for a in attempts]
+        stopped = [r.removeprefix(f"{RunState.STOPPED.value}: ") for r in reasons]
+        preemptions = sum(r.startswith(RunState.PREEMPTED.value) for r in reasons)
         limit = self.policy.spot_rules_for(job).max_preemptions
-        if not job.state.is_pending or limit is None:
-            return job
-        if preemptions < limit:
-            return job
-        return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+        if any(r.startswith(SWITCH_PREFIX) for r in stopped) or (
+            limit is not None and preemptions >= limit
+        ):
+            job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+        scaled = [
+            a.workers * 2
+            for a, r in zip(attempts, stopped, strict=True)
+            if r.startswith(SCALE_PREFIX)
+        ]
+        if scaled:
+            res = job.resources
+            floor = min(res.max_workers, max(res.min_workers, *scaled))
+            job = dataclasses.replace(job, resources=dataclasses.replace(res, min_workers=floor))
+        return job
 
     # -- 4. apply ---------------------------------------------------------------------------
     def _apply(self, plan: Plan, report: CycleReport) -> None:
@@ -457,29 +466,30 @@ class Scheduler:
             for state in _PATH_TO_PROVISIONING.get(job.state, ()):
                 cause = f"placed on {admission.placement.describe()}"
                 self.store.transition(job.id, state, at=now, cause=cause)
-            self._launch(
-                job,
-                admission.placement.offering_id,
-                admission.placement.expected_cost_usd,
-                now,
-                report,
-            )
+            self._launch(job, admission.placement, now, report)
 
-    def _launch(
-        self, job: Job, offering_id: str, expected_usd: float, now: datetime, report: CycleReport
-    ) -> None:
-        offering = self._offerings[offering_id]
+    def _launch(self, job: Job, placement: Placement, now: datetime, report: CycleReport) -> None:
+        offering = self._offerings[placement.offering_id]
+        expected_usd = placement.expected_cost_usd
         attempt = self.store.start_attempt(
             job.id,
             backend=self.backend.name,
-            offering_id=offering_id,
+            offering_id=offering.id,
             market=offering.market,
             instance_ids=[],
             at=now,
             expected_cost_usd=Decimal(repr(expected_usd)).quantize(Decimal("0.000001")),
+            instances=placement.instances,
+            workers=placement.workers,
         )
         request = LaunchRequest(
-            job.id, attempt.number, offering, job.command, self.checkpoint_root / job.id
+            job.id,
+            attempt.number,
+            offering,
+            job.command,
+            self.checkpoint_root / job.id,
+            instances=placement.instances,
+            workers=placement.workers,
         )
         try:
             handle = self.backend.launch(request)

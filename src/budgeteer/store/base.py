@@ -58,11 +58,14 @@ class Attempt:
     ended_at: datetime | None = None
     exit_reason: str | None = None
     expected_cost_usd: Decimal = Decimal(0)
+    instances: int = 1
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """Money spent by one attempt over ``[start, end)`` at a price with its source (exact)."""
+    """Money spent by one attempt over ``[start, end)`` at a price with its source (exact):
+    ``amount_usd`` = ``usd_per_hour`` × ``instances`` × hours."""
 
     attempt_id: int
     job_id: str
@@ -71,6 +74,7 @@ class LedgerEntry:
     usd_per_hour: Decimal
     amount_usd: Decimal
     price_source: str
+    instances: int = 1
 
 
 class Store(Protocol):
@@ -127,8 +131,11 @@ class Store(Protocol):
         instance_ids: Sequence[str],
         at: datetime,
         expected_cost_usd: Decimal = Decimal(0),
+        instances: int = 1,
+        workers: int = 1,
     ) -> Attempt:
-        """Record a new attempt (numbered from 1 per job) with the cost its plan expects."""
+        """Record a new attempt (numbered from 1 per job) on ``instances`` instances running
+        ``workers`` workers, with the cost its plan expects."""
         ...
 
     def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:

@@ -126,6 +126,8 @@ class MemoryStore:
         instance_ids: Sequence[str],
         at: datetime,
         expected_cost_usd: Decimal = Decimal(0),
+        instances: int = 1,
+        workers: int = 1,
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
@@ -142,6 +144,8 @@ class MemoryStore:
                 tuple(instance_ids),
                 at,
                 expected_cost_usd=expected_cost_usd,
+                instances=instances,
+                workers=workers,
             )
             self._attempts.append(attempt)
             return attempt

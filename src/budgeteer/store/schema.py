@@ -107,6 +107,8 @@ attempts = sa.Table(
     sa.Column("ended_at", UtcDateTime),
     sa.Column("exit_reason", sa.Text),
     sa.Column("expected_cost_usd", ExactDecimal, nullable=False, server_default="0"),
+    sa.Column("instances", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("workers", sa.Integer, nullable=False, server_default="1"),
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
 )
 
@@ -120,6 +122,7 @@ ledger_entries = sa.Table(
     sa.Column("usd_per_hour", ExactDecimal, nullable=False),
     sa.Column("amount_usd", ExactDecimal, nullable=False),
     sa.Column("price_source", sa.Text, nullable=False),
+    sa.Column("instances", sa.Integer, nullable=False, server_default="1"),
 )
 
 budgets = sa.Table(

@@ -294,6 +294,8 @@ class SqlStore:
         instance_ids: Sequence[str],
         at: datetime,
         expected_cost_usd: Decimal = Decimal(0),
+        instances: int = 1,
+        workers: int = 1,
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._tx() as conn:
@@ -318,6 +320,8 @@ class SqlStore:
                     instance_ids=list(instance_ids),
                     started_at=at,
                     expected_cost_usd=expected_cost_usd,
+                    instances=instances,
+                    workers=workers,
                 )
                 .returning(t.attempts.c.id)
             ).scalar_one()
@@ -331,6 +335,8 @@ class SqlStore:
             tuple(instance_ids),
             at,
             expected_cost_usd=expected_cost_usd,
+            instances=instances,
+            workers=workers,
         )
 
     def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
@@ -383,6 +389,7 @@ class SqlStore:
                     usd_per_hour=entry.usd_per_hour,
                     amount_usd=entry.amount_usd,
                     price_source=entry.price_source,
+                    instances=entry.instances,
                 )
             )
             return True
@@ -404,6 +411,7 @@ class SqlStore:
                     r.usd_per_hour,
                     r.amount_usd,
                     r.price_source,
+                    r.instances,
                 )
                 for r in conn.execute(query)
             ]
@@ -428,4 +436,6 @@ def _attempt(row: Any) -> Attempt:
         row.ended_at,
         row.exit_reason,
         row.expected_cost_usd,
+        row.instances,
+        row.workers,
     )
