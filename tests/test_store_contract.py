@@ -13,7 +13,18 @@ from hypothesis import strategies as st
 
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
-from budgeteer.store import IdempotencyConflict, LedgerEntry, SqlStore, Store, UnknownJob
+from budgeteer.domain.tier import Tier
+from budgeteer.store import (
+    AlreadyExists,
+    ApiToken,
+    IdempotencyConflict,
+    JobFilter,
+    LedgerEntry,
+    NotFound,
+    SqlStore,
+    Store,
+    UnknownJob,
+)
 from builders import NOW, make_job
 
 
@@ -237,3 +248,59 @@ def test_attempts_remember_the_cost_their_plan_expected(store: Store) -> None:
     )
     assert store.attempts("a")[0].expected_cost_usd == Decimal("12.345678")
     assert attempt.expected_cost_usd == Decimal("12.345678")
+
+
+def test_listing_pages_filter_by_team_state_and_tier(store: Store) -> None:
+    jobs = [
+        make_job(f"j{i}", seq=i, team="growth" if i % 2 else "search", tier=Tier(i % 4))
+        for i in range(7)
+    ]
+    store.submit(jobs, at=NOW)
+    assert store.next_seq() == 7
+    first = store.list_jobs(JobFilter(limit=3))
+    assert [j.id for j in first] == ["j0", "j1", "j2"]
+    rest = store.list_jobs(JobFilter(after=(first[-1].seq, first[-1].id), limit=10))
+    assert [j.id for j in rest] == ["j3", "j4", "j5", "j6"]
+    growth = store.list_jobs(JobFilter(teams=frozenset({"growth"})))
+    assert [j.id for j in growth] == ["j1", "j3", "j5"]
+    assert [j.id for j in store.list_jobs(JobFilter(tier=Tier.P1))] == ["j1", "j5"]
+    store.transition("j3", S.QUEUED, at=NOW, cause="test")
+    queued = store.list_jobs(JobFilter(states=frozenset({S.QUEUED})))
+    assert [j.id for j in queued] == ["j3"]
+
+
+def test_tokens_are_kept_by_hash_and_revoked(store: Store) -> None:
+    token = ApiToken("t1", "growth ci", ("growth",), False, NOW)
+    store.add_token(token, "hash-1")
+    with pytest.raises(AlreadyExists):
+        store.add_token(dataclasses.replace(token, id="t2"), "hash-1")  # the hash is taken
+    assert store.token_by_hash("hash-1") == token
+    assert store.token_by_hash("other") is None
+    revoked = store.revoke_token("t1", at=NOW + timedelta(hours=1))
+    assert revoked.revoked_at == NOW + timedelta(hours=1)
+    assert store.revoke_token("t1", at=NOW + timedelta(hours=2)).revoked_at == revoked.revoked_at
+    assert store.tokens() == [revoked]
+    with pytest.raises(NotFound):
+        store.revoke_token("nope", at=NOW)
+
+
+def test_budgets_are_created_once_and_replaced(store: Store) -> None:
+    spec = {"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": "6000"}
+    store.put_budget(spec, create=True)
+    with pytest.raises(AlreadyExists):
+        store.put_budget(spec, create=True)
+    store.put_budget({**spec, "limit_usd": "7000"}, create=False)
+    with pytest.raises(NotFound):
+        store.put_budget({**spec, "id": "other"}, create=False)
+    assert store.budget_specs() == [{**spec, "limit_usd": "7000"}]
+
+
+def test_progress_reports_are_appended_in_order(store: Store) -> None:
+    store.submit([make_job("a"), make_job("b", seq=1)], at=NOW)
+    one = store.add_progress("a", {"step": 10, "total_steps": 100}, at=NOW)
+    store.add_progress("b", {"step": 1}, at=NOW)
+    two = store.add_progress("a", {"step": 20, "total_steps": 100, "loss": 0.5}, at=NOW)
+    assert [r.record["step"] for r in store.progress("a")] == [10, 20]
+    assert [r.id for r in store.progress("a", after_id=one)] == [two]
+    with pytest.raises(UnknownJob):
+        store.add_progress("nope", {"step": 1}, at=NOW)

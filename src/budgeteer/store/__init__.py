@@ -2,9 +2,14 @@
 PostgreSQL through SQLAlchemy, schema by Alembic migrations)."""
 
 from budgeteer.store.base import (
+    AlreadyExists,
+    ApiToken,
     Attempt,
     IdempotencyConflict,
+    JobFilter,
     LedgerEntry,
+    NotFound,
+    ProgressReport,
     Store,
     Submission,
     UnknownJob,
@@ -13,10 +18,15 @@ from budgeteer.store.memory import MemoryStore
 from budgeteer.store.sql import SqlStore
 
 __all__ = [
+    "AlreadyExists",
+    "ApiToken",
     "Attempt",
     "IdempotencyConflict",
+    "JobFilter",
     "LedgerEntry",
     "MemoryStore",
+    "NotFound",
+    "ProgressReport",
     "SqlStore",
     "Store",
     "Submission",

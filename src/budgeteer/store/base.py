@@ -16,19 +16,28 @@ Contract (every implementation passes ``tests/test_store_contract.py``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
 
 
-class UnknownJob(BudgeteerError):
+class NotFound(BudgeteerError):
+    """No record with this id."""
+
+
+class UnknownJob(NotFound):
     """No job (or attempt) with this id."""
+
+
+class AlreadyExists(BudgeteerError):
+    """A record with this id exists already."""
 
 
 class IdempotencyConflict(BudgeteerError):
@@ -75,6 +84,41 @@ class LedgerEntry:
     amount_usd: Decimal
     price_source: str
     instances: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """An API token's record (the secret itself is never stored, only its hash): the teams it
+    may act for, or ``admin`` for everything."""
+
+    id: str
+    name: str
+    teams: tuple[str, ...]
+    admin: bool
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """One progress report of a job (``step``, ``total_steps``, ``loss``… as sent)."""
+
+    id: int
+    job_id: str
+    at: datetime
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing returns: of these teams (None: all), states and tier, after the
+    cursor ``(seq, id)``, at most ``limit``."""
+
+    teams: frozenset[str] | None = None
+    states: frozenset[JobState] | None = None
+    tier: Tier | None = None
+    after: tuple[int, str] | None = None
+    limit: int = 100
 
 
 class Store(Protocol):
@@ -152,4 +196,47 @@ class Store(Protocol):
 
     def ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
         """Ledger entries (of one job, or all), by start time."""
+        ...
+
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        """Jobs matching ``where`` in ``(seq, id)`` order (a page, for the API)."""
+        ...
+
+    def next_seq(self) -> int:
+        """One more than the largest job ``seq`` stored (0 when empty)."""
+        ...
+
+    def add_token(self, token: ApiToken, token_hash: str) -> None:
+        """Store a token's record under the hash of its secret; :class:`AlreadyExists` when the
+        id or the hash is taken."""
+        ...
+
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """The token whose secret hashes to ``token_hash`` (revoked ones too), or ``None``."""
+        ...
+
+    def tokens(self) -> list[ApiToken]:
+        """Every token record, by creation time."""
+        ...
+
+    def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
+        """Revoke a token (again: no-op); :class:`NotFound` for an unknown id."""
+        ...
+
+    def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
+        """Store a budget's validated spec (JSON-ready, with its ``id``): ``create`` raises
+        :class:`AlreadyExists` if the id exists; otherwise it replaces it and raises
+        :class:`NotFound` if it does not."""
+        ...
+
+    def budget_specs(self) -> list[dict[str, Any]]:
+        """Every budget's spec, by id."""
+        ...
+
+    def add_progress(self, job_id: str, record: Mapping[str, Any], *, at: datetime) -> int:
+        """Append a progress report for a job; returns its id (increasing)."""
+        ...
+
+    def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
+        """The job's progress reports with ids above ``after_id``, in order."""
         ...

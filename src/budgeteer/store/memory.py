@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent, check_transition
 from budgeteer.store.base import (
+    AlreadyExists,
+    ApiToken,
     Attempt,
     IdempotencyConflict,
+    JobFilter,
     LedgerEntry,
+    NotFound,
+    ProgressReport,
     Submission,
     UnknownJob,
 )
@@ -30,6 +36,9 @@ class MemoryStore:
         self._attempts: list[Attempt] = []
         self._ledger: dict[tuple[int, datetime], LedgerEntry] = {}
         self._cancel: set[str] = set()
+        self._tokens: dict[str, tuple[ApiToken, str]] = {}
+        self._budgets: dict[str, dict[str, Any]] = {}
+        self._progress: list[ProgressReport] = []
 
     def submit(
         self,
@@ -182,3 +191,78 @@ class MemoryStore:
         with self._lock:
             rows = [e for e in self._ledger.values() if job_id is None or e.job_id == job_id]
         return sorted(rows, key=lambda e: (e.start, e.attempt_id))
+
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            rows = sorted(self._jobs.values(), key=lambda j: (j.seq, j.id))
+        return [
+            j
+            for j in rows
+            if (where.teams is None or j.team in where.teams)
+            and (where.states is None or j.state in where.states)
+            and (where.tier is None or j.tier is where.tier)
+            and (where.after is None or (j.seq, j.id) > where.after)
+        ][: where.limit]
+
+    def next_seq(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return 1 + max((j.seq for j in self._jobs.values()), default=-1)
+
+    def add_token(self, token: ApiToken, token_hash: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if token.id in self._tokens or any(h == token_hash for _, h in self._tokens.values()):
+                raise AlreadyExists(f"token {token.id!r} exists already")
+            self._tokens[token.id] = (token, token_hash)
+
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return next((t for t, h in self._tokens.values() if h == token_hash), None)
+
+    def tokens(self) -> list[ApiToken]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return sorted((t for t, _ in self._tokens.values()), key=lambda t: t.created_at)
+
+    def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if token_id not in self._tokens:
+                raise NotFound(f"no token {token_id!r}")
+            token, token_hash = self._tokens[token_id]
+            if token.revoked_at is None:
+                token = dataclasses.replace(token, revoked_at=at)
+                self._tokens[token_id] = (token, token_hash)
+            return token
+
+    def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        budget_id = str(spec["id"])
+        with self._lock:
+            if create and budget_id in self._budgets:
+                raise AlreadyExists(f"budget {budget_id!r} exists already")
+            if not create and budget_id not in self._budgets:
+                raise NotFound(f"no budget {budget_id!r}")
+            self._budgets[budget_id] = dict(spec)
+
+    def budget_specs(self) -> list[dict[str, Any]]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [dict(self._budgets[k]) for k in sorted(self._budgets)]
+
+    def add_progress(self, job_id: str, record: Mapping[str, Any], *, at: datetime) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job {job_id!r}")
+            report = ProgressReport(len(self._progress) + 1, job_id, at, dict(record))
+            self._progress.append(report)
+            return report.id
+
+    def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [r for r in self._progress[after_id:] if r.job_id == job_id]

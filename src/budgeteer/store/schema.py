@@ -69,10 +69,13 @@ jobs = sa.Table(
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("team", sa.String(64), nullable=False, index=True),
     sa.Column("state", sa.String(32), nullable=False, index=True),
+    sa.Column("tier", sa.String(8)),
     sa.Column("spec", sa.JSON, nullable=False),
     sa.Column("submitted_at", UtcDateTime, nullable=False),
     sa.Column("cancel_requested_at", UtcDateTime),
 )
+
+sa.Index("ix_jobs_seq_id", jobs.c.seq, jobs.c.id)
 
 job_events = sa.Table(
     "job_events",
@@ -140,4 +143,25 @@ price_observations = sa.Table(
     sa.Column("usd_per_hour", ExactDecimal, nullable=False),
     sa.Column("source", sa.Text, nullable=False),
     sa.Column("observed_at", UtcDateTime, nullable=False),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("token_hash", sa.String(128), nullable=False, unique=True),
+    sa.Column("teams", sa.JSON, nullable=False),
+    sa.Column("admin", sa.Boolean, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("revoked_at", UtcDateTime),
+)
+
+progress_reports = sa.Table(
+    "progress_reports",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.id"), nullable=False, index=True),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("record", sa.JSON, nullable=False),
 )

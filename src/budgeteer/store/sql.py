@@ -8,7 +8,7 @@ A lost connection or a lock timeout is reported as transient.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -25,9 +25,14 @@ from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transi
 from budgeteer.errors import BudgeteerError
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
+    AlreadyExists,
+    ApiToken,
     Attempt,
     IdempotencyConflict,
+    JobFilter,
     LedgerEntry,
+    NotFound,
+    ProgressReport,
     Submission,
     UnknownJob,
 )
@@ -135,6 +140,7 @@ class SqlStore:
                                 "id": j.id,
                                 "seq": j.seq,
                                 "team": j.team,
+                                "tier": j.tier.name,
                                 "state": "submitted",
                                 "spec": job_to_dict(j),
                                 "submitted_at": j.submitted_at,
@@ -416,6 +422,117 @@ class SqlStore:
                 for r in conn.execute(query)
             ]
 
+    # -- API records ------------------------------------------------------------------------
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        j = t.jobs
+        query = sa.select(j).order_by(j.c.seq, j.c.id).limit(where.limit)
+        if where.teams is not None:
+            query = query.where(j.c.team.in_(sorted(where.teams)))
+        if where.states is not None:
+            query = query.where(j.c.state.in_(sorted(s.value for s in where.states)))
+        if where.tier is not None:
+            query = query.where(j.c.tier == where.tier.name)
+        if where.after is not None:
+            seq, last = where.after
+            query = query.where((j.c.seq > seq) | ((j.c.seq == seq) & (j.c.id > last)))
+        with self.engine.connect() as conn:
+            return [job_from_dict(r.spec, JobState(r.state)) for r in conn.execute(query)]
+
+    def next_seq(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            top = conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar_one()
+        return 0 if top is None else int(top) + 1
+
+    def add_token(self, token: ApiToken, token_hash: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        try:
+            with self._tx() as conn:
+                conn.execute(
+                    t.api_tokens.insert().values(
+                        id=token.id,
+                        name=token.name,
+                        token_hash=token_hash,
+                        teams=list(token.teams),
+                        admin=token.admin,
+                        created_at=token.created_at,
+                        revoked_at=token.revoked_at,
+                    )
+                )
+        except sa.exc.IntegrityError:
+            raise AlreadyExists(f"token {token.id!r} exists already") from None
+
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _token(row)
+
+    def tokens(self) -> list[ApiToken]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.api_tokens).order_by(t.api_tokens.c.created_at, t.api_tokens.c.id)
+        with self.engine.connect() as conn:
+            return [_token(r) for r in conn.execute(query)]
+
+    def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
+        """See :class:`~budgeteer.store.base.Store`."""
+        tok = t.api_tokens
+        with self._tx() as conn:
+            conn.execute(
+                tok.update()
+                .where((tok.c.id == token_id) & tok.c.revoked_at.is_(None))
+                .values(revoked_at=at)
+            )
+            row = conn.execute(sa.select(tok).where(tok.c.id == token_id)).first()
+        if row is None:
+            raise NotFound(f"no token {token_id!r}")
+        return _token(row)
+
+    def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        budget_id = str(spec["id"])
+        b = t.budgets
+        with self._tx() as conn:
+            exists = conn.execute(sa.select(b.c.id).where(b.c.id == budget_id)).first()
+            if create and exists is not None:
+                raise AlreadyExists(f"budget {budget_id!r} exists already")
+            if not create and exists is None:
+                raise NotFound(f"no budget {budget_id!r}")
+            if exists is None:
+                conn.execute(b.insert().values(id=budget_id, spec=dict(spec)))
+            else:
+                conn.execute(b.update().where(b.c.id == budget_id).values(spec=dict(spec)))
+
+    def budget_specs(self) -> list[dict[str, Any]]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.budgets.c.spec).order_by(t.budgets.c.id))
+            return [dict(r.spec) for r in rows]
+
+    def add_progress(self, job_id: str, record: Mapping[str, Any], *, at: datetime) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            return int(
+                conn.execute(
+                    t.progress_reports.insert()
+                    .values(job_id=job_id, at=at, record=dict(record))
+                    .returning(t.progress_reports.c.id)
+                ).scalar_one()
+            )
+
+    def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        p = t.progress_reports
+        query = sa.select(p).where((p.c.job_id == job_id) & (p.c.id > after_id)).order_by(p.c.id)
+        with self.engine.connect() as conn:
+            return [
+                ProgressReport(r.id, r.job_id, r.at, dict(r.record)) for r in conn.execute(query)
+            ]
+
 
 def _replay(row: Any, request_hash: str, key: str) -> Submission:
     if row.request_hash != request_hash:
@@ -438,4 +555,10 @@ def _attempt(row: Any) -> Attempt:
         row.expected_cost_usd,
         row.instances,
         row.workers,
+    )
+
+
+def _token(row: Any) -> ApiToken:
+    return ApiToken(
+        row.id, row.name, tuple(row.teams), bool(row.admin), row.created_at, row.revoked_at
     )
