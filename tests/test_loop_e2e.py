@@ -349,6 +349,10 @@ def test_a_resumed_job_is_planned_for_the_work_it_has_left(tmp_path: Path) -> No
     folder = tmp_path / "ckpt" / "half"
     folder.mkdir(parents=True)
     (folder / "progress.jsonl").write_text(json.dumps({"step": 75, "total_steps": 100}) + "\n")
+    earlier = store.start_attempt(
+        "half", backend="sandbox", offering_id="a100", market="spot", instance_ids=[], at=T0
+    )
+    store.end_attempt(earlier.id, at=T0, exit_reason="preempted: spot capacity revoked")
     plan = sched.cycle().plan
     assert plan is not None
     placement = plan.admissions[0].placement

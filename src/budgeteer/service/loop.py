@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from budgeteer.backends.base import (
     CapacityUnavailable,
@@ -65,9 +66,12 @@ from budgeteer.core.progress import Sample
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market
+from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.store.base import Attempt, LedgerEntry, Store
 
 S = JobState
+#: Why attempts stop when the service shuts down: they checkpoint and resume on the next start.
+SHUTDOWN_REASON = "service shutdown: checkpoint and resume on restart"
 #: Backoff after a failed run or a full offering: doubling from 30 s, at most 10 min (clock).
 RETRY_BASE_SECONDS = 30.0
 RETRY_MAX_SECONDS = 600.0
@@ -108,13 +112,17 @@ class Scheduler:
         checkpoint_root: Path,
         budgets: Sequence[Budget] = (),
         policy: Policy | None = None,
+        job_env: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
         self.catalog = catalog
         self.clock = clock
         self.checkpoint_root = checkpoint_root
-        self.budgets = tuple(budgets)
+        self.budgets = tuple(budgets)  # fixed budgets; the store's are read every cycle
+        self.job_env = job_env  # extra environment per job (the API URL and the job token)
+        self._budget_cache: tuple[list[dict[str, Any]], tuple[Budget, ...]] = ([], ())
+        self._api_read: dict[str, int] = {}  # last progress report id read from the store
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
@@ -132,10 +140,30 @@ class Scheduler:
             self._adopt()
             self._adopted = True
         self._reconcile(report)
-        plan = plan_cycle(self._snapshot(), self.policy)
+        plan = plan_cycle(self.snapshot(), self.policy)
         self._apply(plan, report)
         report.plan = plan
         return report
+
+    def shutdown(self, max_wait_seconds: float) -> int:
+        """Graceful stop: every live attempt gets the notice (SIGTERM → checkpoint), the loop
+        records how each ended and queues its job to resume on the next start. Waits up to
+        ``max_wait_seconds`` (clock time; the backend kills after its grace). Returns how many
+        attempts were still live when it gave up (0: all recorded)."""
+        for live in self._live.values():
+            job = self.store.job(live.attempt.job_id)
+            if job.state is S.RUNNING and live.attempt.id not in self._stopping:
+                self._stop(live, self.clock.now(), SHUTDOWN_REASON)
+            else:
+                self.backend.stop(live.handle, SHUTDOWN_REASON)
+        waited = 0.0
+        step = 0.2 * float(getattr(self.clock, "scale", 1.0))
+        while self._live and waited <= max_wait_seconds:
+            self._reconcile(CycleReport())
+            if self._live:
+                self.clock.sleep(step)
+                waited += step
+        return len(self._live)
 
     def wait_for_event(self, max_seconds: float) -> bool:
         """Sleep up to ``max_seconds`` (clock time), returning early — True — when something
@@ -161,6 +189,10 @@ class Scheduler:
         for live in self._live.values():
             path = self.checkpoint_root / live.attempt.job_id / "progress.jsonl"
             marks.append(path.stat().st_mtime if path.exists() else 0.0)
+            api = self.store.progress(
+                live.attempt.job_id, self._api_read.get(live.attempt.job_id, 0)
+            )
+            marks.append(float(api[-1].id if api else 0))
         return tuple(marks)
 
     # -- 0. after a restart: re-attach to what an earlier process launched -----------------
@@ -183,6 +215,7 @@ class Scheduler:
                     self.checkpoint_root / job.id,
                     instances=attempt.instances,
                     workers=attempt.workers,
+                    env=self.job_env(job.id) if self.job_env else {},
                 )
                 handle = self.backend.adopt(request)
                 if handle is None:
@@ -271,7 +304,7 @@ class Scheduler:
         elif state is RunState.PREEMPTED:
             self.store.transition(job.id, S.PREEMPTED, at=at, cause=reason)
             self.store.transition(job.id, S.QUEUED, at=at, cause="resume from checkpoint")
-        elif reason.startswith((SWITCH_PREFIX, SCALE_PREFIX)):
+        elif reason.startswith((SWITCH_PREFIX, SCALE_PREFIX, SHUTDOWN_REASON)):
             self._stopping.discard(attempt_id)
             self.store.transition(job.id, S.QUEUED, at=at, cause="checkpointed; relaunch")
         elif reason.startswith(EARLY_STOP_PREFIX):
@@ -303,23 +336,13 @@ class Scheduler:
         live.billed_until = until
 
     def _observe(self, live: _Live, now: datetime) -> None:
-        """Read the attempt's new progress reports; sample the step at the scheduler's time."""
-        path = self.checkpoint_root / live.attempt.job_id / "progress.jsonl"
-        if not path.exists():
-            return
-        with open(path, "rb") as fh:
-            fh.seek(self._read.get(live.attempt.id, 0))
-            chunk = fh.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self._read[live.attempt.id] = self._read.get(live.attempt.id, 0) + len(complete)
+        """Read the attempt's new progress reports (from its progress file and from the API);
+        sample the step at the scheduler's time."""
         samples = self._samples.setdefault(live.attempt.id, [])
-        for line in complete.decode(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record.get("loss"), int | float):
-                self._losses.setdefault(live.attempt.id, []).append(float(record["loss"]))
+        for record in self._new_reports(live):
+            loss = record.get("loss")
+            if isinstance(loss, int | float):
+                self._losses.setdefault(live.attempt.id, []).append(float(loss))
             step, total = record.get("step"), record.get("total_steps")
             if (
                 isinstance(step, int)
@@ -328,6 +351,30 @@ class Scheduler:
                 and (not samples or step > samples[-1].step)
             ):
                 samples.append(Sample(now, step, total))
+
+    def _new_reports(self, live: _Live) -> list[dict[str, object]]:
+        records: list[dict[str, object]] = []
+        job_id = live.attempt.job_id
+        api = self.store.progress(job_id, self._api_read.get(job_id, 0))
+        if api:
+            self._api_read[job_id] = api[-1].id
+            records += [dict(r.record) for r in api if r.at >= live.attempt.started_at]
+        path = self.checkpoint_root / job_id / "progress.jsonl"
+        if not path.exists():
+            return records
+        with open(path, "rb") as fh:
+            fh.seek(self._read.get(live.attempt.id, 0))
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._read[live.attempt.id] = self._read.get(live.attempt.id, 0) + len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
 
     def _control(self, live: _Live, job: Job, now: datetime) -> None:
         """Runtime control (:mod:`budgeteer.core.control`): apply the action it decides."""
@@ -352,13 +399,16 @@ class Scheduler:
         self.backend.stop(live.handle, cause)
 
     # -- 2. snapshot ------------------------------------------------------------------------
-    def _snapshot(self) -> Snapshot:
+    def snapshot(self) -> Snapshot:
+        """The frozen world the next plan would see (also read by the API's ``explain``)."""
         # one query for every attempt, not one per pending job: the queue can be long
         history: dict[str, list[Attempt]] = {}
         for a in self.store.attempts():
             history.setdefault(a.job_id, []).append(a)
         jobs = [
-            self._remaining(self._with_runtime_history(job, history.get(job.id, [])))
+            self._remaining(self._with_runtime_history(job, history[job.id]))
+            if job.id in history
+            else job
             for job in self.store.jobs()
         ]
         teams = {j.id: (j.team, j.project) for j in jobs}
@@ -385,10 +435,18 @@ class Scheduler:
             offerings=self.catalog.offerings,
             throughput=tuple(self.catalog.throughput.items()),
             egress=self.catalog.egress,
-            budgets=self.budgets,
+            budgets=self.budgets + self._store_budgets(),
             spend=spend,
             running=running,
         )
+
+    def _store_budgets(self) -> tuple[Budget, ...]:
+        """The budgets kept in the store (created through the API), parsed once per change."""
+        specs = self.store.budget_specs()
+        if specs != self._budget_cache[0]:
+            parsed = tuple(budget_from_spec(BudgetSpec.model_validate(s)) for s in specs)
+            self._budget_cache = (specs, parsed)
+        return self._budget_cache[1]
 
     def _remaining(self, job: Job) -> Job:
         """A pending job that has checkpointed progress is planned for the work it has left
@@ -408,19 +466,24 @@ class Scheduler:
         return dataclasses.replace(job, work=work, incremental_reference_hours=incremental)
 
     def _progress_done(self, job_id: str) -> float:
-        """Share of the work done by the last progress report in the job's checkpoint folder."""
+        """Share of the work done by the last progress report (in the job's checkpoint folder
+        or sent through the API)."""
         path = self.checkpoint_root / job_id / "progress.jsonl"
-        if not path.exists():
-            return 0.0
-        for line in reversed(path.read_text(errors="replace").splitlines()):
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        records: list[object] = [r.record for r in self.store.progress(job_id)]
+        for line in lines:
             try:
-                record = json.loads(line)
+                records.append(json.loads(line))
             except json.JSONDecodeError:
+                continue
+        done = 0.0
+        for record in records:
+            if not isinstance(record, Mapping):
                 continue
             step, total = record.get("step"), record.get("total_steps")
             if isinstance(step, int) and isinstance(total, int) and total > 0:
-                return min(step / total, 1.0)
-        return 0.0
+                done = max(done, min(step / total, 1.0))
+        return done
 
     def _with_runtime_history(self, job: Job, attempts: Sequence[Attempt]) -> Job:
         """A pending job is planned as its attempts so far demand: without spot once preempted
@@ -490,6 +553,7 @@ class Scheduler:
             self.checkpoint_root / job.id,
             instances=placement.instances,
             workers=placement.workers,
+            env=self.job_env(job.id) if self.job_env else {},
         )
         try:
             handle = self.backend.launch(request)

@@ -1,0 +1,106 @@
+"""``/v1/tokens`` (admin) and ``/v1/offerings`` (anyone authenticated)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from budgeteer.api.auth import hash_token, new_secret
+from budgeteer.api.deps import Admin, Ctx, Person
+from budgeteer.domain.offering import Market
+from budgeteer.store import ApiToken
+
+router = APIRouter(prefix="/v1", tags=["admin"])
+Team = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+
+class TokenRequest(BaseModel):
+    """A team token to create: a name and the teams it may act for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    teams: Annotated[list[Team], Field(min_length=1, max_length=64)]
+
+
+def _token(t: ApiToken) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "teams": list(t.teams),
+        "admin": t.admin,
+        "created_at": t.created_at.isoformat(),
+        "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
+    }
+
+
+@router.post("/tokens", status_code=201)
+def create_token(request: Annotated[TokenRequest, Body()], ctx: Ctx, who: Admin) -> dict[str, Any]:
+    """Create a team token; the secret is in this answer only (it is stored as a hash)."""
+    secret = new_secret()
+    token = ApiToken(
+        f"tok_{secrets.token_hex(6)}",
+        request.name,
+        tuple(sorted(set(request.teams))),
+        False,
+        ctx.clock.now(),
+    )
+    ctx.store.add_token(token, hash_token(secret))
+    return {**_token(token), "token": secret}
+
+
+@router.get("/tokens")
+def list_tokens(ctx: Ctx, who: Admin) -> dict[str, Any]:
+    """Every token (never the secrets)."""
+    return {"tokens": [_token(t) for t in ctx.store.tokens()]}
+
+
+@router.post("/tokens/{token_id}/revoke")
+def revoke_token(token_id: str, ctx: Ctx, who: Admin) -> dict[str, Any]:
+    """Revoke a token: it stops working at once."""
+    return _token(ctx.store.revoke_token(token_id, at=ctx.clock.now()))
+
+
+@router.get("/offerings", tags=["offerings"])
+def list_offerings(
+    ctx: Ctx,
+    who: Person,
+    accelerator: Annotated[str | None, Query(max_length=64)] = None,
+    market: Annotated[Market | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> dict[str, Any]:
+    """Current prices with their source and age, cheapest first."""
+    now = ctx.clock.now()
+    rows = [
+        o
+        for o in ctx.catalog.offerings
+        if (accelerator is None or o.accelerator.lower().startswith(accelerator.lower()))
+        and (market is None or o.market is market)
+    ]
+    rows.sort(key=lambda o: (o.usd_per_hour, o.id))
+    return {
+        "offerings": [
+            {
+                "id": o.id,
+                "provider": o.provider,
+                "region": o.region,
+                "instance_type": o.instance_type,
+                "accelerator": o.accelerator,
+                "accelerators_per_instance": o.accelerators_per_instance,
+                "market": o.market.value,
+                "usd_per_hour": str(o.usd_per_hour),
+                "price_source": o.price.source,
+                "price_observed_at": o.price.observed_at.isoformat()
+                if o.price.observed_at
+                else None,
+                "price_age_seconds": (now - o.price.observed_at).total_seconds()
+                if o.price.observed_at
+                else None,
+                "interruption_per_hour": o.interruption_per_hour,
+            }
+            for o in rows[:limit]
+        ]
+    }

@@ -1,0 +1,117 @@
+"""The FastAPI application: ``/v1`` (jobs, pipelines, budgets, offerings, tokens), ``/metrics``,
+``/healthz``, the dashboard at ``/`` and the OpenAPI spec at ``/openapi.json``.
+
+Request bodies larger than ``max_body_bytes`` are refused with 413 before they are read whole;
+every error is a problem document (:mod:`budgeteer.api.problems`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from budgeteer.api import admin, budgets, dashboard, jobs
+from budgeteer.api.context import ApiContext
+from budgeteer.api.metrics import registry
+from budgeteer.api.problems import HANDLERS, problem_response
+
+log = logging.getLogger("budgeteer.api")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes (413), by header or while streaming."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem_response(
+            413, f"request body over {self.limit} bytes", None, str(scope.get("path", ""))
+        )
+        await response(scope, receive, send)
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    """The API over ``ctx``; ``app.state.cycle_seconds`` is the histogram the loop observes."""
+    app = FastAPI(
+        title="budgeteer",
+        version="0.1.0",
+        description="Compute budget scheduler for ML retraining.",
+        exception_handlers=HANDLERS,  # type: ignore[arg-type]
+    )
+    app.state.ctx = ctx
+    reg, cycle = registry(ctx)
+    app.state.cycle_seconds = cycle
+    app.include_router(jobs.router)
+    app.include_router(budgets.router)
+    app.include_router(admin.router)
+    app.include_router(dashboard.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, Any]:
+        """Liveness, and whether this replica runs the scheduler."""
+        return {"ok": True, "leader": ctx.is_leader()}
+
+    @app.middleware("http")
+    async def log_requests(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        log.info(
+            "%s %s %s",
+            request.method,
+            request.url.path,
+            response.status_code,
+            extra={"path": request.url.path, "status": response.status_code},
+        )
+        return response
+
+    app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
+    return app
+
+
+def cycle_histogram(app: FastAPI) -> Histogram:
+    """The scheduler-cycle histogram of ``app``."""
+    hist: Histogram = app.state.cycle_seconds
+    return hist
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON (for logs)."""
+    return json.dumps(obj, separators=(",", ":"), default=str)

@@ -1,0 +1,196 @@
+"""The dashboard at ``/``: one server-rendered page (Jinja2, charts as inline SVG, no front-end
+build). It shows what the caller's token may see: budgets with burn-down, forecast and limit
+lines, the queue by tier with hold reasons, running jobs with progress and ETA against the
+deadline, recent preemptions, and savings against on-demand.
+
+A browser cannot send a bearer header, so ``/login?token=…`` stores the token in an HttpOnly
+cookie and redirects to ``/``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Cookie, Header, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, select_autoescape
+
+from budgeteer.api.auth import Principal, authenticate
+from budgeteer.api.deps import Ctx
+from budgeteer.api.problems import Problem
+from budgeteer.api.views import budget_status, job_view
+
+router = APIRouter(include_in_schema=False)
+_env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+
+PAGE = _env.from_string("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>budgeteer</title>
+<meta http-equiv="refresh" content="10">
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222;max-width:1100px}
+h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:1.6rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+td,th{padding:.25rem .5rem;border-bottom:1px solid #eee;text-align:left}
+.num{text-align:right;font-variant-numeric:tabular-nums}
+.risk{color:#b00020;font-weight:600} .ok{color:#1b7f3b}
+.bar{background:#eee;width:140px;height:10px;display:inline-block}
+.bar span{background:#3b6fd1;height:10px;display:block}
+.cards{display:flex;gap:1rem;flex-wrap:wrap} .card{border:1px solid #ddd;padding:.6rem .9rem}
+</style></head><body>
+<h1>budgeteer <small>as of {{ now }}</small></h1>
+<div class="cards">
+ <div class="card">accrued <b id="accrued">${{ totals.accrued }}</b></div>
+ <div class="card">on-demand equivalent <b>${{ totals.on_demand }}</b></div>
+ <div class="card">savings <b id="savings">${{ totals.savings }}</b></div>
+</div>
+<h2>Budgets</h2>
+{% for b in budgets %}
+<section class="budget" data-budget="{{ b.id }}">
+<h3>{{ b.id }} — accrued ${{ b.accrued_usd }}, committed ${{ b.committed_usd }},
+forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_usd }}</h3>
+{{ b.svg | safe }}
+{% if b.held_jobs %}<p>holding: {{ b.held_jobs | join(", ") }}</p>{% endif %}
+</section>
+{% else %}<p>No budgets.</p>{% endfor %}
+<h2>Queue</h2>
+<table id="queue"><tr><th>tier</th><th>job</th><th>team</th><th>state</th><th>why</th></tr>
+{% for j in queue %}<tr data-job="{{ j.id }}"><td>{{ j.priority }}</td><td>{{ j.id }}</td>
+<td>{{ j.team }}</td><td>{{ j.state }}</td><td>{{ j.hold_reason or "" }}</td></tr>
+{% else %}<tr><td colspan="5">empty</td></tr>{% endfor %}</table>
+<h2>Running</h2>
+<table id="running"><tr><th>job</th><th>placement</th><th>progress</th><th>ETA</th>
+<th>deadline</th><th class="num">accrued</th></tr>
+{% for j in running %}<tr data-job="{{ j.id }}"><td>{{ j.id }}</td>
+<td>{{ j.where }}</td>
+<td><span class="bar"><span style="width:{{ j.pct }}%"></span></span> {{ j.pct }}%</td>
+<td class="{{ 'risk' if j.deadline_risk else 'ok' }}">{{ j.eta or "—" }}</td>
+<td>{{ j.deadline or "—" }}</td><td class="num">${{ j.cost.accrued_usd }}</td></tr>
+{% else %}<tr><td colspan="6">nothing running</td></tr>{% endfor %}</table>
+<h2>Recent preemptions</h2>
+<table id="preemptions"><tr><th>job</th><th>offering</th><th>ended</th><th>reason</th></tr>
+{% for a in preemptions %}<tr><td>{{ a.job_id }}</td><td>{{ a.offering_id }}</td>
+<td>{{ a.ended_at }}</td><td>{{ a.exit_reason }}</td></tr>
+{% else %}<tr><td colspan="4">none</td></tr>{% endfor %}</table>
+<h2>Finished</h2>
+<table id="finished"><tr><th>job</th><th>state</th><th>markets</th><th class="num">cost</th>
+<th class="num">on-demand equivalent</th></tr>
+{% for j in finished %}<tr data-job="{{ j.id }}"><td>{{ j.id }}</td><td>{{ j.state }}</td>
+<td>{{ j.market_history | join(" → ") }}</td><td class="num">${{ j.cost.accrued_usd }}</td>
+<td class="num">${{ j.cost.on_demand_equivalent_usd }}</td></tr>
+{% else %}<tr><td colspan="5">none yet</td></tr>{% endfor %}</table>
+</body></html>""")
+
+
+def _who(ctx: Ctx, authorization: str | None, token: str | None) -> Principal:
+    header = authorization or (f"Bearer {token}" if token else None)
+    who = authenticate(
+        header, store=ctx.store, admin_token=ctx.admin_token, secret_key=ctx.secret_key
+    )
+    if who is None or who.job_id is not None:
+        raise Problem(401, "log in with /login?token=YOUR_TOKEN or send a bearer token")
+    return who
+
+
+@router.get("/login")
+def login(token: Annotated[str, Query(max_length=512)], ctx: Ctx) -> RedirectResponse:
+    """Keep the token in a cookie for the dashboard."""
+    _who(ctx, None, token)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie("budgeteer_token", token, httponly=True, samesite="strict")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+def dashboard(
+    request: Request,
+    ctx: Ctx,
+    authorization: Annotated[str | None, Header()] = None,
+    budgeteer_token: Annotated[str | None, Cookie()] = None,
+) -> HTMLResponse:
+    """The dashboard page."""
+    who = _who(ctx, authorization, budgeteer_token)
+    jobs = [j for j in ctx.store.jobs() if who.sees_team(j.team)]
+    views = {j.id: job_view(ctx, j) for j in jobs}
+    budgets = []
+    for spec in ctx.store.budget_specs():
+        team = spec.get("scope", {}).get("team")
+        if who.admin or team in who.teams:
+            status = budget_status(ctx, spec["id"], spec)
+            budgets.append({**status, "svg": burn_down_svg(status)})
+    queue = sorted(
+        (views[j.id] for j in jobs if j.state.is_pending),
+        key=lambda v: (v["priority"], v["submitted_at"]),
+    )
+    running = []
+    for j in jobs:
+        if j.state.is_active:
+            v = views[j.id]
+            p = v["placement"] or {}
+            v["pct"] = round(100 * (v["progress"] or {}).get("fraction", 0.0))
+            kind = p.get("instance_type", p.get("offering_id", ""))
+            v["where"] = f"{p.get('instances', 1)}× {kind} {p.get('market', '')}"
+            running.append(v)
+    finished = [views[j.id] for j in jobs if j.state.is_terminal]
+    preemptions = sorted(
+        (
+            a
+            for a in ctx.store.attempts()
+            if (a.exit_reason or "").startswith("preempted") and a.job_id in views
+        ),
+        key=lambda a: a.ended_at or a.started_at,
+        reverse=True,
+    )[:10]
+    accrued = sum((Decimal(v["cost"]["accrued_usd"]) for v in views.values()), Decimal(0))
+    od = sum((Decimal(v["cost"]["on_demand_equivalent_usd"]) for v in views.values()), Decimal(0))
+    html = PAGE.render(
+        now=f"{ctx.clock.now():%Y-%m-%d %H:%M:%S} UTC",
+        totals={
+            "accrued": f"{accrued:.2f}",
+            "on_demand": f"{od:.2f}",
+            "savings": f"{od - accrued:.2f}",
+        },
+        budgets=budgets,
+        queue=queue,
+        running=running,
+        finished=finished,
+        preemptions=preemptions,
+    )
+    return HTMLResponse(html)
+
+
+def burn_down_svg(status: dict[str, Any], width: int = 640, height: int = 160) -> str:
+    """Accrued spend over the period (solid), its forecast to the period's end (dashed), and the
+    limit (red), as an inline SVG."""
+    start = datetime.fromisoformat(status["period_start"])
+    end = datetime.fromisoformat(status["period_end"])
+    limit = float(status["limit_usd"])
+    forecast = float(status["forecast_usd"])
+    points = [
+        (datetime.fromisoformat(p["at"]), float(p["accrued_usd"])) for p in status["burn_down"]
+    ]
+    top = max([limit, forecast, *(v for _, v in points)]) * 1.1 or 1.0
+    span = (end - start).total_seconds() or 1.0
+
+    def xy(at: datetime, usd: float) -> str:
+        x = 40 + (width - 50) * (at - start).total_seconds() / span
+        y = height - 20 - (height - 30) * usd / top
+        return f"{x:.1f},{y:.1f}"
+
+    line = " ".join(xy(at, v) for at, v in [(start, 0.0), *points])
+    last = points[-1] if points else (start, 0.0)
+    ly = xy(start, limit).split(",")[1]
+    return (
+        f'<svg class="burn-down" width="{width}" height="{height}" role="img" '
+        f'aria-label="burn-down of {status["id"]}">'
+        f'<line x1="40" x2="{width - 10}" y1="{ly}" y2="{ly}" stroke="#b00020"/>'
+        f'<text x="42" y="{float(ly) - 4:.1f}" font-size="11" fill="#b00020">'
+        f"limit ${limit:,.0f}</text>"
+        f'<polyline class="accrued" fill="none" stroke="#3b6fd1" stroke-width="2" '
+        f'points="{line}"/>'
+        f'<polyline class="forecast" fill="none" stroke="#3b6fd1" stroke-dasharray="4 3" '
+        f'points="{xy(*last)} {xy(end, forecast)}"/>'
+        f'<text x="{width - 10}" y="{height - 5}" font-size="11" text-anchor="end">'
+        f"{end:%Y-%m-%d}</text>"
+        f'<text x="40" y="{height - 5}" font-size="11">{start:%Y-%m-%d}</text></svg>'
+    )

@@ -1,0 +1,299 @@
+"""``/v1/jobs`` and ``/v1/pipelines``: submit (idempotently), read, list, cancel, events,
+explain, progress."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import secrets
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from budgeteer.api.deps import Caller, Ctx, Person
+from budgeteer.api.problems import Problem
+from budgeteer.api.views import explain, job_view, links
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.tier import Tier
+from budgeteer.spec.job import JobSpec, job_from_spec, jobs_from_specs
+from budgeteer.store import JobFilter, UnknownJob
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+IdempotencyKey = Annotated[
+    str | None, Header(alias="Idempotency-Key", max_length=255, pattern=r"^[\x21-\x7e]+$")
+]
+MAX_PIPELINE_JOBS = 256
+
+
+class Created(BaseModel):
+    """A submitted job's handle."""
+
+    id: str
+    state: str
+    links: dict[str, str]
+
+
+class PipelineCreated(BaseModel):
+    """A submitted pipeline: its jobs' handles, by name."""
+
+    name: str
+    jobs: dict[str, Created]
+
+
+class PipelineSpec(BaseModel):
+    """A DAG of jobs submitted together; ``depends_on`` names jobs of the pipeline. All its
+    jobs are accounted to one project (``project``, or the pipeline's name), so that project's
+    budget governs them together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    project: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")] | None = None
+    jobs: Annotated[list[JobSpec], Field(min_length=1, max_length=MAX_PIPELINE_JOBS)]
+
+
+class Progress(BaseModel):
+    """A progress report (what ``budgeteer.sdk.report`` sends)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: Annotated[int, Field(ge=0)] | None = None
+    total_steps: Annotated[int, Field(ge=1)] | None = None
+    epoch: Annotated[int, Field(ge=0)] | None = None
+    loss: float | None = None
+
+
+def _hash(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _new_id(name: str) -> str:
+    return f"{name[:48]}-{secrets.token_hex(4)}"
+
+
+def _visible(ctx: Ctx, who: Caller, job_id: str) -> Job:
+    """The job if the caller may see it; 404 otherwise (other teams' ids are not revealed)."""
+    try:
+        job = ctx.store.job(job_id)
+    except UnknownJob:
+        raise Problem(404, f"no job {job_id!r}") from None
+    if not who.sees_team(job.team):
+        raise Problem(404, f"no job {job_id!r}")
+    return job
+
+
+def _check_team(who: Person, team: str, field: str) -> None:
+    if not who.sees_team(team):
+        raise Problem(
+            403,
+            f"{field}: this token may not submit for team {team!r}",
+            [{"field": field, "problem": f"team {team!r} is not one of this token's teams"}],
+        )
+
+
+@router.post("/jobs", status_code=201, response_model=Created)
+def submit_job(
+    spec: Annotated[JobSpec, Body()],
+    ctx: Ctx,
+    who: Person,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> Created:
+    """Submit a job. With ``Idempotency-Key``, a retry with the same body returns the same job
+    (``Idempotent-Replayed: true``); the same key with another body is a 409."""
+    _check_team(who, spec.team, "team")
+    for k, dep in enumerate(spec.depends_on):
+        try:
+            _visible(ctx, who, dep.job)
+        except Problem:
+            field = f"depends_on[{k}].job"
+            raise Problem(
+                422,
+                f"{field}: unknown job {dep.job!r}",
+                [{"field": field, "problem": "unknown job"}],
+            ) from None
+    now = ctx.clock.now()
+    job = job_from_spec(
+        spec,
+        job_id=_new_id(spec.name),
+        now=now,
+        seq=ctx.store.next_seq(),
+        known_accelerators=list(ctx.catalog.throughput),
+        dependency_ids={d.job: d.job for d in spec.depends_on},
+    )
+    result = ctx.store.submit(
+        [job],
+        at=now,
+        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
+        request_hash=_hash(spec.model_dump(mode="json")),
+    )
+    if result.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    job_id = result.job_ids[0]
+    return Created(id=job_id, state=ctx.store.job(job_id).state.value, links=links(job_id))
+
+
+@router.post("/pipelines", status_code=201, response_model=PipelineCreated)
+def submit_pipeline(
+    spec: Annotated[PipelineSpec, Body()],
+    ctx: Ctx,
+    who: Person,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> PipelineCreated:
+    """Submit a DAG of jobs atomically; a dependency cycle is a 422 naming the cycle."""
+    for i, job_spec in enumerate(spec.jobs):
+        _check_team(who, job_spec.team, f"jobs[{i}].team")
+    project = spec.project or spec.name
+    specs = [s.model_copy(update={"project": project}) for s in spec.jobs]
+    now = ctx.clock.now()
+    jobs = jobs_from_specs(
+        specs,
+        now=now,
+        known_accelerators=list(ctx.catalog.throughput),
+        first_seq=ctx.store.next_seq(),
+    )
+    suffix = secrets.token_hex(4)
+    ids = {j.id: f"{spec.name[:24]}.{j.id[:40]}-{suffix}" for j in jobs}
+    renamed = [
+        dataclasses.replace(
+            j,
+            id=ids[j.id],
+            depends_on=tuple(dataclasses.replace(d, job=ids[d.job]) for d in j.depends_on),
+        )
+        for j in jobs
+    ]
+    result = ctx.store.submit(
+        renamed,
+        at=now,
+        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
+        request_hash=_hash(spec.model_dump(mode="json")),
+    )
+    if result.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    handles = {}
+    for s, job_id in zip(spec.jobs, result.job_ids, strict=True):
+        handles[s.name] = Created(
+            id=job_id, state=ctx.store.job(job_id).state.value, links=links(job_id)
+        )
+    return PipelineCreated(name=spec.name, jobs=handles)
+
+
+@router.get("/jobs")
+def list_jobs(
+    ctx: Ctx,
+    who: Person,
+    team: Annotated[str | None, Query(max_length=64)] = None,
+    state: Annotated[JobState | None, Query()] = None,
+    priority: Annotated[Tier | None, Query()] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    """A page of jobs the caller may see, oldest first; follow ``next_cursor``."""
+    teams = None if who.admin else who.teams
+    if team is not None:
+        teams = frozenset({team}) & teams if teams is not None else frozenset({team})
+    after = _decode_cursor(cursor) if cursor else None
+    page = ctx.store.list_jobs(
+        JobFilter(
+            teams=teams,
+            states=frozenset({state}) if state else None,
+            tier=priority,
+            after=after,
+            limit=limit,
+        )
+    )
+    next_cursor = _encode_cursor(page[-1]) if len(page) == limit else None
+    return {
+        "jobs": [
+            {
+                "id": j.id,
+                "name": j.name,
+                "team": j.team,
+                "priority": j.tier.name,
+                "state": j.state.value,
+                "submitted_at": j.submitted_at.isoformat(),
+                "links": links(j.id),
+            }
+            for j in page
+        ],
+        "next_cursor": next_cursor,
+    }
+
+
+def _encode_cursor(job: Job) -> str:
+    return base64.urlsafe_b64encode(json.dumps([job.seq, job.id]).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        seq, job_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        if not isinstance(seq, int) or not isinstance(job_id, str):
+            raise ValueError
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise Problem(
+            422,
+            "query.cursor: not a cursor this API returned",
+            [{"field": "query.cursor", "problem": "not a cursor this API returned"}],
+        ) from None
+    return seq, job_id
+
+
+@router.get("/jobs/{job_id}")
+def get_job(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
+    """State, placement, market history, progress, ETA, cost, deadline risk, hold reason."""
+    return job_view(ctx, _visible(ctx, who, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", status_code=202)
+def cancel_job(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
+    """Cancel: a pending job at once, a running one after its attempt stops."""
+    job = _visible(ctx, who, job_id)
+    state = ctx.store.request_cancel(job.id, at=ctx.clock.now())
+    return {"id": job.id, "state": state.value, "links": links(job.id)}
+
+
+@router.get("/jobs/{job_id}/events")
+def job_events(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
+    """The job's lifecycle events, in order, each with its cause."""
+    job = _visible(ctx, who, job_id)
+    return {
+        "id": job.id,
+        "events": [
+            {
+                "seq": e.seq,
+                "at": e.at.isoformat(),
+                "from": e.from_state.value if e.from_state else None,
+                "to": e.to_state.value,
+                "cause": e.cause,
+            }
+            for e in ctx.store.events(job.id)
+        ],
+    }
+
+
+@router.get("/jobs/{job_id}/explain")
+def explain_job(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
+    """Why this placement, or why held: the numbers behind the decision."""
+    return explain(ctx, _visible(ctx, who, job_id))
+
+
+@router.post("/jobs/{job_id}/progress", status_code=202)
+def report_progress(job_id: str, report: Progress, ctx: Ctx, who: Caller) -> dict[str, Any]:
+    """A progress report from the job (its job token) or a caller who may see the job."""
+    if who.job_id is not None and who.job_id != job_id:
+        raise Problem(403, "a job token may only report its own job's progress")
+    if who.job_id is None:
+        _visible(ctx, who, job_id)
+    record = report.model_dump(exclude_none=True)
+    if any(not isinstance(v, int | float | str | bool) for v in record.values()):
+        raise Problem(
+            422,
+            "metrics must be numbers, strings or booleans",
+            [{"field": "(body)", "problem": "metrics must be numbers, strings or booleans"}],
+        )
+    report_id = ctx.store.add_progress(job_id, record, at=ctx.clock.now())
+    return {"id": report_id}

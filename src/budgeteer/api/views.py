@@ -1,0 +1,237 @@
+"""What the API shows of a job and a budget, computed from the store (and, for ``explain`` and
+budget status, from a pure plan of the current snapshot)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from budgeteer.api.context import ApiContext
+from budgeteer.core.progress import Sample, eta
+from budgeteer.domain.job import Job, JobState
+from budgeteer.service.accounting import job_cost
+from budgeteer.store import Attempt, ProgressReport
+
+PARKED = {JobState.HELD, JobState.WAITING}
+
+
+def links(job_id: str) -> dict[str, str]:
+    """Where to follow a job."""
+    base = f"/v1/jobs/{job_id}"
+    return {
+        "self": base,
+        "events": f"{base}/events",
+        "explain": f"{base}/explain",
+        "cancel": f"{base}/cancel",
+    }
+
+
+def _usd(amount: Decimal) -> str:
+    return str(amount.quantize(Decimal("0.000001")))
+
+
+def _progress(reports: Sequence[ProgressReport]) -> dict[str, Any] | None:
+    for r in reversed(reports):
+        rec = r.record
+        step, total = rec.get("step"), rec.get("total_steps")
+        if isinstance(step, int) and isinstance(total, int) and total > 0:
+            out = {k: v for k, v in rec.items() if k not in {"at"}}
+            out["fraction"] = min(step / total, 1.0)
+            out["reported_at"] = r.at.isoformat()
+            return out
+    return None
+
+
+def _samples(reports: Sequence[ProgressReport], since: datetime | None) -> list[Sample]:
+    out: list[Sample] = []
+    for r in reports:
+        step, total = r.record.get("step"), r.record.get("total_steps")
+        if since is not None and r.at < since:
+            continue
+        if not (isinstance(step, int) and isinstance(total, int) and total > 0):
+            continue
+        if not out or step > out[-1].step:
+            out.append(Sample(r.at, step, total))
+    return out
+
+
+def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
+    """Everything ``GET /v1/jobs/{id}`` shows."""
+    store = ctx.store
+    attempts = store.attempts(job.id)
+    cost = job_cost(attempts, store.ledger(job.id), ctx.prices)
+    reports = store.progress(job.id)
+    current = attempts[-1] if attempts else None
+    live = current if current is not None and current.ended_at is None else None
+    finish = eta(_samples(reports, live.started_at if live else None)) if live else None
+    risk = False
+    if finish is not None and job.deadline is not None:
+        margin = (job.deadline - job.submitted_at) * ctx.policy.deadline_margin_fraction
+        risk = finish > job.deadline - margin
+    hold_reason = None
+    if job.state in PARKED:
+        events = store.events(job.id)
+        hold_reason = events[-1].cause if events else None
+    return {
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "project": job.project,
+        "priority": job.tier.name,
+        "state": job.state.value,
+        "submitted_at": job.submitted_at.isoformat(),
+        "deadline": job.deadline.isoformat() if job.deadline else None,
+        "depends_on": [{"job": d.job, "on": d.on.value} for d in job.depends_on],
+        "placement": _placement(ctx, current) if current else None,
+        "market_history": [a.market for a in attempts],
+        "attempts": len(attempts),
+        "progress": _progress(reports),
+        "eta": finish.isoformat() if finish else None,
+        "deadline_risk": risk,
+        "cost": {
+            "accrued_usd": _usd(cost.accrued_usd),
+            "committed_usd": _usd(cost.committed_usd),
+            "on_demand_equivalent_usd": _usd(cost.on_demand_equivalent_usd),
+            "savings_usd": _usd(cost.savings_usd),
+        },
+        "hold_reason": hold_reason,
+        "links": links(job.id),
+    }
+
+
+def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
+    offering = ctx.prices.offering(attempt.offering_id)
+    out: dict[str, Any] = {
+        "offering_id": attempt.offering_id,
+        "market": attempt.market,
+        "instances": attempt.instances,
+        "workers": attempt.workers,
+        "backend": attempt.backend,
+        "attempt": attempt.number,
+        "started_at": attempt.started_at.isoformat(),
+        "ended_at": attempt.ended_at.isoformat() if attempt.ended_at else None,
+        "exit_reason": attempt.exit_reason,
+    }
+    if offering is not None:
+        out |= {
+            "provider": offering.provider,
+            "region": offering.region,
+            "instance_type": offering.instance_type,
+            "accelerator": offering.accelerator,
+            "accelerators_per_instance": offering.accelerators_per_instance,
+        }
+    return out
+
+
+def explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
+    """Why this placement, or why held: the numbers of a pure plan of the current snapshot."""
+    if not job.state.is_pending:
+        attempts = ctx.store.attempts(job.id)
+        return {
+            "id": job.id,
+            "state": job.state.value,
+            "decision": "running" if job.state.is_active else "finished",
+            "placement": _placement(ctx, attempts[-1]) if attempts else None,
+            "events": [e.cause for e in ctx.store.events(job.id)][-5:],
+        }
+    plan = ctx.plan()
+    admission = plan.admission(job.id)
+    if admission is not None:
+        p = admission.placement
+        return {
+            "id": job.id,
+            "state": job.state.value,
+            "decision": "admit",
+            "placement": p.describe(),
+            "numbers": {
+                "offering_id": p.offering_id,
+                "market": p.market.value,
+                "instances": p.instances,
+                "workers": p.workers,
+                "variant": p.variant.value,
+                "usd_per_hour": p.usd_per_hour,
+                "price_source": p.price_source,
+                "runtime_hours": round(p.runtime_hours, 4),
+                "runtime_std_hours": round(p.runtime_std_hours, 4),
+                "expected_cost_usd": round(p.expected_cost_usd, 4),
+                "egress_usd": round(p.egress_usd, 4),
+                "finish": p.finish.isoformat(),
+            },
+            "budgets": list(admission.budget_ids),
+            "uses_reserve": admission.uses_reserve,
+        }
+    hold = plan.hold(job.id)
+    if hold is not None:
+        return {
+            "id": job.id,
+            "state": job.state.value,
+            "decision": "hold",
+            "reason": hold.reason.value,
+            "message": hold.message,
+            "numbers": dict(hold.details),
+            "wake_on": [w.value for w in hold.wake_on],
+            "wake_at": hold.wake_at.isoformat() if hold.wake_at else None,
+        }
+    return {"id": job.id, "state": job.state.value, "decision": "none", "message": "not planned"}
+
+
+def budget_status(ctx: ApiContext, budget_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Accrued, committed, forecast, remaining, thresholds, burn-down, held jobs of a budget."""
+    snapshot = ctx.snapshot()
+    plan = ctx.plan()
+    budget = next(b for b in snapshot.budgets if b.id == budget_id)
+    proj = next(p for p in plan.budgets if p.budget_id == budget_id)
+    start, end = proj.period_start, proj.period_end
+    teams = {j.id: j for j in snapshot.jobs}
+    covered = [
+        e
+        for e in ctx.store.ledger()
+        if e.job_id in teams and budget.covers(teams[e.job_id]) and start <= e.end < end
+    ]
+    series = _burn_down(covered, start, min(snapshot.now, end))
+    elapsed = max((snapshot.now - start).total_seconds(), 1.0)
+    period = (end - start).total_seconds()
+    run_rate = proj.accrued_usd / Decimal(str(elapsed))
+    forecast = (
+        proj.accrued_usd + proj.committed_usd + run_rate * Decimal(str(max(0.0, period - elapsed)))
+    )
+    held = [
+        h.job_id
+        for h in plan.holds
+        if ("blocking_budget", budget_id) in h.details and teams[h.job_id].state.is_pending
+    ]
+    return {
+        "id": budget_id,
+        "spec": spec,
+        "period_start": start.isoformat(),
+        "period_end": end.isoformat(),
+        "limit_usd": _usd(proj.limit_usd),
+        "emergency_reserve_usd": _usd(proj.emergency_reserve_usd),
+        "accrued_usd": _usd(proj.accrued_usd),
+        "committed_usd": _usd(proj.committed_usd),
+        "planned_usd": _usd(proj.planned_usd),
+        "projected_usd": _usd(proj.projected_usd),
+        "forecast_usd": _usd(forecast),
+        "remaining_usd": _usd(proj.limit_usd - proj.accrued_usd - proj.committed_usd),
+        "thresholds": {t.name: str(v) for t, v in budget.thresholds},
+        "burn_down": series,
+        "held_jobs": held,
+    }
+
+
+def _burn_down(entries: Sequence[Any], start: datetime, now: datetime) -> list[dict[str, str]]:
+    """Cumulative accrued spend at the end of each day of the period so far (and now)."""
+    points: list[dict[str, str]] = []
+    total = Decimal(0)
+    ordered = sorted(entries, key=lambda e: e.end)
+    i = 0
+    day = start
+    while day < now:
+        day = min(day + timedelta(days=1), now)
+        while i < len(ordered) and ordered[i].end <= day:
+            total += ordered[i].amount_usd
+            i += 1
+        points.append({"at": day.isoformat(), "accrued_usd": _usd(total)})
+    return points
