@@ -1,7 +1,8 @@
-"""The service configuration file (YAML), validated with every problem named by its field.
+"""The service configuration file (YAML or TOML), validated with every problem named by its field.
 
 Defaults work with no file at all: SQLite next to the config (or in the working folder), the
-sandbox backend on a seeded simulated spot market, the bundled catalog, no budgets.
+sandbox backend on a seeded simulated spot market, the bundled catalog, no budgets, the API on
+127.0.0.1:8080.
 """
 
 from __future__ import annotations
@@ -45,14 +46,31 @@ class SandboxConfig(_Strict):
     market: TraceMarketConfig | RateMarketConfig = Field(default_factory=RateMarketConfig)
 
 
+class ApiConfig(_Strict):
+    """``budgeteer serve``: where the API listens and who may use it.
+
+    The admin token comes from ``BUDGETEER_ADMIN_TOKEN`` when set, else ``admin_token``; with
+    neither, ``serve`` makes one up and prints it once. ``public_url`` is what jobs are told to
+    report progress to (default: ``http://HOST:PORT``). The secret key signs job tokens (default:
+    a random key kept in the work folder)."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    admin_token: Annotated[str, Field(min_length=16)] | None = None
+    public_url: str | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    log_json: bool = False
+
+
 class ServiceConfig(_Strict):
-    """``budgeteer run`` / ``submit`` / ``status`` configuration."""
+    """``budgeteer serve`` / ``run`` / ``submit`` / ``status`` configuration."""
 
     store: str = "sqlite:///budgeteer.db"
     catalog: Path | None = None
     budgets: Path | None = None
     backend: SandboxConfig = Field(default_factory=SandboxConfig)
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    api: ApiConfig = Field(default_factory=ApiConfig)
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:

@@ -132,8 +132,10 @@ def report(
     loss: float | None = None,
     **metrics: float,
 ) -> None:
-    """Report progress: a JSON line to ``$BUDGETEER_PROGRESS_FILE`` (read by the scheduler)
-    when set, and always to the log."""
+    """Report progress, always to the log, and to the scheduler: through the API
+    (:class:`budgeteer.client.Client`, with the job's own token) when ``BUDGETEER_API_URL`` is
+    set, else as a JSON line to ``$BUDGETEER_PROGRESS_FILE``. If the API cannot be reached the
+    report goes to the progress file instead: training never stops for a report."""
     record: dict[str, Any] = {
         "at": time.time(),
         "step": step,
@@ -143,12 +145,38 @@ def report(
         **metrics,
     }
     record = {k: v for k, v in record.items() if v is not None}
+    log.info("progress %s", json.dumps(record))
+    if rank() != 0:
+        return
+    if os.environ.get("BUDGETEER_API_URL") and _report_to_api(record):
+        return
     target = os.environ.get("BUDGETEER_PROGRESS_FILE")
-    if target and rank() == 0:
+    if target:
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
-    log.info("progress %s", json.dumps(record))
+
+
+_client: Any = None
+
+
+def _report_to_api(record: dict[str, Any]) -> bool:
+    """Send a report with the job token; False (logged) when that fails."""
+    global _client  # noqa: PLW0603 - one connection per process, made on first use
+    job_id = os.environ.get("BUDGETEER_JOB_ID")
+    token = os.environ.get("BUDGETEER_JOB_TOKEN")
+    if not job_id or not token:
+        return False
+    from budgeteer.client import Client  # noqa: PLC0415 - only jobs under the API need it
+
+    try:
+        if _client is None:
+            _client = Client(os.environ["BUDGETEER_API_URL"], token, timeout=5.0)
+        _client.report(job_id, **{k: v for k, v in record.items() if k != "at"})
+    except Exception as exc:
+        log.warning("progress report to the API failed (%s); writing it locally", exc)
+        return False
+    return True
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -75,6 +75,8 @@ def _validation_field(loc: tuple[Any, ...]) -> str:
         kind = parts.pop(0)
         if kind != "body" and parts:
             return f"{kind}.{parts[0]}"
+        if kind == "body" and (not parts or isinstance(parts[0], int)):
+            return "(body)"
     return field_path(parts)
 
 

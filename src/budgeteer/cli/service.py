@@ -172,3 +172,26 @@ def ledger(
         )
     Console().print(table)
     typer.echo(f"total: {sum((e.amount_usd for e in entries), Decimal(0)):.6f} USD")
+
+
+@app.command("serve")
+def serve_command(
+    config: ConfigOption = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Default: the config's api.host.")
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", min=0, max=65535)] = None,
+) -> None:
+    """Serve the REST API, the dashboard and metrics, and run the scheduler (until SIGTERM)."""
+    from budgeteer.service.server import serve  # noqa: PLC0415 - keeps the other commands light
+
+    try:
+        cfg, root = load_config(config)
+        api = cfg.api.model_copy(
+            update={"host": host or cfg.api.host, "port": cfg.api.port if port is None else port}
+        )
+        svc = build(cfg.model_copy(update={"api": api}), root)
+    except BudgeteerError as exc:
+        fail(exc)
+        return
+    serve(svc, api.host, api.port)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,8 @@ from budgeteer.config import RateMarketConfig, ServiceConfig
 from budgeteer.domain.budget import Budget
 from budgeteer.service.loop import Scheduler
 from budgeteer.spec import load_budgets_file
+from budgeteer.spec.budget import BudgetSpec
+from budgeteer.spec.files import read_document
 from budgeteer.store import SqlStore
 from budgeteer.traces import load_price_series, load_trace
 
@@ -31,10 +34,36 @@ class Service:
     budgets: tuple[Budget, ...]
     root: Path
 
-    def scheduler(self) -> Scheduler:
-        """A scheduler over the configured sandbox backend."""
+    def workdir(self) -> Path:
+        """The backend's work folder (checkpoints, logs, the clock anchor, the secret key)."""
+        return self._path(self.config.backend.workdir)
+
+    def seed_budgets(self) -> int:
+        """Put the config's budgets file into the store where their ids are not there yet (the
+        store's copy is the one the API shows and changes). Returns how many were added."""
+        if self.config.budgets is None:
+            return 0
+        path = self._path(self.config.budgets)
+        doc = read_document(path) or {}
+        known = {s.get("id") for s in self.store.budget_specs()}
+        added = 0
+        for i, item in enumerate(doc.get("budgets", []) if isinstance(doc, dict) else []):
+            spec = BudgetSpec.parse(item, str(path), f"budgets[{i}]").model_dump(mode="json")
+            if spec["id"] not in known:
+                self.store.put_budget(spec, create=True)
+                added += 1
+        return added
+
+    def scheduler(
+        self,
+        job_env: Callable[[str], Mapping[str, str]] | None = None,
+        *,
+        fixed_budgets: bool = True,
+    ) -> Scheduler:
+        """A scheduler over the configured sandbox backend; with ``fixed_budgets`` False it
+        reads budgets only from the store (where ``seed_budgets`` put the file's)."""
         backend_cfg = self.config.backend
-        workdir = self._path(backend_cfg.workdir)
+        workdir = self.workdir()
         backend = SandboxBackend(
             self.clock, self._market(), workdir, grace_seconds=backend_cfg.grace_seconds
         )
@@ -44,7 +73,8 @@ class Service:
             self.catalog,
             self.clock,
             workdir / "checkpoints",
-            budgets=self.budgets,
+            budgets=self.budgets if fixed_budgets else (),
+            job_env=job_env,
         )
 
     def _path(self, p: Path) -> Path:

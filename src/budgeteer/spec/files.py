@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +51,7 @@ def parse_yaml(text: str) -> Any:
 
 
 def read_document(path: Path) -> Any:
-    """Parse a YAML or JSON file (by suffix; YAML otherwise), with a size limit."""
+    """Parse a YAML, JSON or TOML file (by suffix; YAML otherwise), with a size limit."""
     source = str(path)
     try:
         size = path.stat().st_size
@@ -62,8 +63,10 @@ def read_document(path: Path) -> Any:
     try:
         if path.suffix == ".json":
             return json.loads(text)
+        if path.suffix == ".toml":
+            return tomllib.loads(text)
         return parse_yaml(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+    except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(
             "(file)", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source
         ) from None

@@ -1,0 +1,201 @@
+"""``budgeteer serve``: the API, the scheduler loop and the supervisor in one process.
+
+The loop runs in a background thread: it waits for leadership (a second replica on the same
+PostgreSQL serves the API and waits), then runs cycles on its interval and on events, timing
+each into ``budgeteer_scheduler_cycle_seconds``. On SIGTERM/SIGINT uvicorn stops taking
+requests, then the loop stops admitting and sends every running attempt the notice; the attempts
+checkpoint, their ends are recorded, and their jobs are queued to resume on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from budgeteer.api import ApiContext, create_app
+from budgeteer.api.app import cycle_histogram
+from budgeteer.api.auth import job_token
+from budgeteer.errors import BudgeteerError
+from budgeteer.service.loop import Scheduler
+from budgeteer.service.wiring import Service
+from budgeteer.store.leader import LeaderLock
+
+log = logging.getLogger("budgeteer.serve")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line, with the record's extra fields (``job_id`` …)."""
+
+    _SKIP = frozenset(vars(logging.makeLogRecord({})))
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as JSON."""
+        out = {
+            "at": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out |= {k: v for k, v in vars(record).items() if k not in self._SKIP}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(json_lines: bool) -> None:
+    """Log to stderr, as JSON lines when asked."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if json_lines
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def secret_key(workdir: Path) -> bytes:
+    """The key that signs job tokens, created once in the work folder (mode 0600)."""
+    path = workdir / "secret-key"
+    if not path.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".secret-key.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        os.replace(tmp, path)
+    return bytes.fromhex(path.read_text().strip())
+
+
+class LoopThread(threading.Thread):
+    """The scheduler loop of ``serve`` (see the module docstring)."""
+
+    def __init__(
+        self, sched: Scheduler, lock: LeaderLock, interval_seconds: float, app: FastAPI
+    ) -> None:
+        super().__init__(name="budgeteer-loop", daemon=True)
+        self.sched = sched
+        self.lock = lock
+        self.interval = interval_seconds
+        self.app = app
+        self.stopping = threading.Event()
+        self.leading = False
+
+    def run(self) -> None:
+        """Lead, cycle, and on stop shut down gracefully."""
+        clock = self.sched.clock
+        while not self.stopping.is_set():
+            if not self.leading:
+                self.leading = self.lock.try_acquire()
+                if not self.leading:
+                    self.stopping.wait(1.0)
+                    continue
+                log.info("leading: this replica runs the scheduler")
+            started = time.perf_counter()
+            try:
+                report = self.sched.cycle()
+            except BudgeteerError as exc:
+                log.warning("cycle failed (%s): %s", "transient" if exc.transient else "final", exc)
+                self.stopping.wait(1.0)
+                continue
+            except Exception:  # the top of the loop: log, keep serving, try again
+                log.exception("cycle crashed")
+                self.stopping.wait(1.0)
+                continue
+            cycle_histogram(self.app).observe(time.perf_counter() - started)
+            for job_id in report.launched:
+                log.info("launched %s", job_id, extra={"job_id": job_id})
+            for job_id, state in report.finished:
+                log.info("attempt of %s ended: %s", job_id, state.value, extra={"job_id": job_id})
+            self._wait(clock)
+        if self.leading:
+            grace = float(getattr(self.sched.backend, "grace_seconds", 30.0))
+            left = self.sched.shutdown(grace + 30.0)
+            if left:
+                log.warning("%d attempts still running at exit; adopted on the next start", left)
+            self.lock.release()
+
+    def _wait(self, clock: object) -> None:
+        """Until the interval passes, an event happens, or we are asked to stop."""
+        waited = 0.0
+        slice_seconds = min(self.interval, 1.0 * float(getattr(clock, "scale", 1.0)))
+        while waited < self.interval and not self.stopping.is_set():
+            if self.sched.wait_for_event(slice_seconds):
+                return
+            waited += slice_seconds
+
+
+def build_app(svc: Service, admin_token: str) -> tuple[FastAPI, LoopThread]:
+    """The API app over ``svc`` and the loop thread its lifespan starts and stops."""
+    cfg = svc.config
+    workdir = svc.workdir()
+    key = secret_key(workdir)
+    public_url = cfg.api.public_url or f"http://{cfg.api.host}:{cfg.api.port}"
+
+    def job_env(job_id: str) -> dict[str, str]:
+        return {"BUDGETEER_API_URL": public_url, "BUDGETEER_JOB_TOKEN": job_token(key, job_id)}
+
+    svc.seed_budgets()
+    sched = svc.scheduler(job_env=job_env, fixed_budgets=False)
+    lock = svc.store.leader_lock()
+    holder: dict[str, LoopThread] = {}
+    ctx = ApiContext(
+        store=svc.store,
+        catalog=svc.catalog,
+        clock=svc.clock,
+        snapshot=sched.snapshot,
+        admin_token=admin_token,
+        secret_key=key,
+        policy=sched.policy,
+        max_body_bytes=cfg.api.max_body_bytes,
+        is_leader=lambda: holder["loop"].leading,
+        checkpoint_root=sched.checkpoint_root,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        holder["loop"].start()
+        yield
+        holder["loop"].stopping.set()
+        holder["loop"].join()
+
+    app = create_app(ctx)
+    app.router.lifespan_context = lifespan
+    holder["loop"] = LoopThread(sched, lock, cfg.interval_seconds, app)
+    return app, holder["loop"]
+
+
+def resolve_admin_token(svc: Service) -> tuple[str, bool]:
+    """The admin token (environment, then config) and whether it was made up just now."""
+    token = os.environ.get("BUDGETEER_ADMIN_TOKEN") or svc.config.api.admin_token
+    if token:
+        return token, False
+    return "bga_" + secrets.token_urlsafe(24), True
+
+
+def serve(svc: Service, host: str, port: int) -> None:
+    """Run the API and the loop until SIGTERM/SIGINT."""
+    setup_logging(svc.config.api.log_json)
+    admin_token, generated = resolve_admin_token(svc)
+    if generated:
+        print(
+            f"admin token (set BUDGETEER_ADMIN_TOKEN to choose one): {admin_token}", file=sys.stderr
+        )
+    app, _ = build_app(svc, admin_token)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    log.info(
+        "serving on http://%s:%d (dashboard at /, API at /v1, metrics at /metrics)", host, port
+    )
+    uvicorn.Server(config).run()
