@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import json
 import secrets
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -188,7 +188,7 @@ def list_jobs(
     who: Person,
     team: Annotated[str | None, Query(max_length=64)] = None,
     state: Annotated[JobState | None, Query()] = None,
-    priority: Annotated[Tier | None, Query()] = None,
+    priority: Annotated[Literal["P0", "P1", "P2", "P3"] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
@@ -201,7 +201,7 @@ def list_jobs(
         JobFilter(
             teams=teams,
             states=frozenset({state}) if state else None,
-            tier=priority,
+            tier=Tier.parse(priority) if priority else None,
             after=after,
             limit=limit,
         )

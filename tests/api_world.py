@@ -1,0 +1,82 @@
+"""An API over a real store (SQLite or PostgreSQL), the bundled catalog and a manual clock, with
+an admin token and one team token each for ``growth`` and ``search`` (no loop runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+from budgeteer.api import ApiContext, create_app
+from budgeteer.backends import SandboxBackend, TraceMarket
+from budgeteer.catalog import load_catalog
+from budgeteer.clock import ManualClock
+from budgeteer.service import Scheduler
+from budgeteer.store import SqlStore
+
+T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
+ADMIN = "admin-secret-token-0123456789"
+SECRET = b"k" * 32
+CATALOG = load_catalog()
+
+
+@dataclass
+class World:
+    """The client, the context and the tokens."""
+
+    http: TestClient
+    ctx: ApiContext
+    store: SqlStore
+    clock: ManualClock
+    sched: Scheduler
+    growth: str
+    search: str
+
+    @staticmethod
+    def auth(token: str) -> dict[str, str]:
+        """The bearer header for ``token``."""
+        return {"Authorization": f"Bearer {token}"}
+
+
+def make_world(url: str, tmp_path: Path, max_body_bytes: int = 64 * 1024) -> World:
+    """Build it (see the module docstring)."""
+    store = SqlStore(url)
+    clock = ManualClock(T0)
+    market = TraceMarket(np.ones(100_000, dtype=bool), 60, T0)
+    sched = Scheduler(
+        store, SandboxBackend(clock, market, tmp_path / "work"), CATALOG, clock, tmp_path / "ck"
+    )
+    ctx = ApiContext(
+        store=store,
+        catalog=CATALOG,
+        clock=clock,
+        snapshot=sched.snapshot,
+        admin_token=ADMIN,
+        secret_key=SECRET,
+        max_body_bytes=max_body_bytes,
+    )
+    http = TestClient(create_app(ctx), raise_server_exceptions=False)
+    tokens = {}
+    for team in ("growth", "search"):
+        r = http.post(
+            "/v1/tokens", json={"name": f"{team} ci", "teams": [team]}, headers=World.auth(ADMIN)
+        )
+        assert r.status_code == 201, r.text
+        tokens[team] = r.json()["token"]
+    return World(http, ctx, store, clock, sched, tokens["growth"], tokens["search"])
+
+
+def job_spec(name: str = "churn", team: str = "growth", **extra: object) -> dict[str, object]:
+    """A small valid job spec."""
+    return {
+        "name": name,
+        "team": team,
+        "priority": "P1",
+        "work": {"reference_hours": 2},
+        "sla": "8h",
+        "command": ["true"],
+        **extra,
+    }
