@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_AT ?= 2026-12-02T09:00:00Z
+DEMO_ARGS ?=
 
-.PHONY: demo test lint types unit bench bench-spot constraints clean
+.PHONY: demo plan-demo test lint types unit bench bench-spot bench-api constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The first impression: serve, submit a scripted morning, watch it run, report; keeps serving
+# (dashboard) until Ctrl-C. `make demo DEMO_ARGS=--exit` stops after the report.
 demo: $(STAMP)
+	$(BIN)/budgeteer demo $(DEMO_ARGS)
+
+# The planner alone on the bundled 20-job queue at a fixed time (no processes).
+plan-demo: $(STAMP)
 	$(BIN)/budgeteer plan --jobs src/budgeteer/examples/jobs.yaml \
 		--budgets src/budgeteer/examples/budgets.yaml --at $(DEMO_AT)
 
@@ -35,6 +42,9 @@ bench: $(STAMP)
 
 bench-spot: $(STAMP)
 	$(BIN)/budgeteer bench deadline-spot-suite
+
+bench-api: $(STAMP)
+	$(BIN)/python benchmarks/api_submit.py
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: $(STAMP)

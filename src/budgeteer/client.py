@@ -183,6 +183,15 @@ class Client:
         """A budget's accrued, committed, forecast and remaining money and more."""
         return dict(_check(self._http.get(f"/v1/budgets/{budget_id}/status")))
 
+    def create_token(self, name: str, teams: list[str]) -> str:
+        """Create a team token (admin only); returns its secret, shown only this once."""
+        doc = _check(self._http.post("/v1/tokens", json={"name": name, "teams": teams}))
+        return str(doc["token"])
+
+    def budgets(self) -> list[dict[str, Any]]:
+        """The budgets this token may see."""
+        return list(_check(self._http.get("/v1/budgets"))["budgets"])
+
     def report(self, job_id: str, **record: Any) -> None:
         """Send a progress report for a job (the SDK does this with the job's token)."""
         _check(self._http.post(f"/v1/jobs/{job_id}/progress", json=record))

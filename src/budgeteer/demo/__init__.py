@@ -1,0 +1,1 @@
+"""``budgeteer demo``: a scripted morning of retraining against a real spot trace (see run.py)."""
