@@ -61,7 +61,9 @@ def list_tokens(ctx: Ctx, who: Admin) -> dict[str, Any]:
 @router.post("/tokens/{token_id}/revoke")
 def revoke_token(token_id: str, ctx: Ctx, who: Admin) -> dict[str, Any]:
     """Revoke a token: it stops working at once."""
-    return _token(ctx.store.revoke_token(token_id, at=ctx.clock.now()))
+    revoked = ctx.store.revoke_token(token_id, at=ctx.clock.now())
+    ctx.forget_tokens()
+    return _token(revoked)
 
 
 @router.get("/offerings", tags=["offerings"])

@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from budgeteer.store import ApiToken, Store
+from budgeteer.store import ApiToken
 
 TOKEN_PREFIX = "bgt_"
 
@@ -54,9 +55,14 @@ def job_token(secret_key: bytes, job_id: str) -> str:
 
 
 def authenticate(
-    header: str | None, *, store: Store, admin_token: str, secret_key: bytes
+    header: str | None,
+    *,
+    lookup: Callable[[str], ApiToken | None],
+    admin_token: str,
+    secret_key: bytes,
 ) -> Principal | None:
-    """The principal for an ``Authorization: Bearer …`` header, or ``None`` (unauthorized)."""
+    """The principal for an ``Authorization: Bearer …`` header, or ``None`` (unauthorized);
+    ``lookup`` finds a team token's record by the hash of its secret."""
     if not header or not header.startswith("Bearer "):
         return None
     secret = header.removeprefix("Bearer ").strip()
@@ -69,7 +75,7 @@ def authenticate(
         if job_id and hmac.compare_digest(secret, job_token(secret_key, job_id)):
             return Principal(f"job:{job_id}", job_id=job_id)
         return None
-    token: ApiToken | None = store.token_by_hash(hash_token(secret))
+    token = lookup(hash_token(secret))
     if token is None or token.revoked_at is not None:
         return None
     return Principal(f"token:{token.id}", admin=token.admin, teams=frozenset(token.teams))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +12,11 @@ from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Plan, Policy, Snapshot, plan_cycle
 from budgeteer.service.accounting import OnDemandPrices
-from budgeteer.store import Store
+from budgeteer.store import ApiToken, Store
+
+#: How long a token lookup is remembered: revocation through another replica takes effect
+#: within this many seconds (at once through this one).
+TOKEN_CACHE_SECONDS = 2.0
 
 
 @dataclass
@@ -29,9 +35,42 @@ class ApiContext:
     is_leader: Callable[[], bool] = lambda: True
     checkpoint_root: Path | None = None
     prices: OnDemandPrices = field(init=False)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _seq: int | None = field(init=False, default=None)
+    _tokens: dict[str, tuple[float, ApiToken | None]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.prices = OnDemandPrices(self.catalog)
+
+    def next_seq(self, count: int = 1) -> int:
+        """The first of ``count`` submission sequence numbers for new jobs: read from the store
+        once, then counted in process (they order ties; job ids keep listings unique across
+        replicas)."""
+        with self._lock:
+            if self._seq is None:
+                self._seq = self.store.next_seq()
+            self._seq += count
+            return self._seq - count
+
+    def token(self, token_hash: str) -> ApiToken | None:
+        """The token record for a secret's hash, remembered for ``TOKEN_CACHE_SECONDS``
+        (wall clock: a cache of the database, not a scheduling decision)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._tokens.get(token_hash)
+            if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
+                return hit[1]
+        record = self.store.token_by_hash(token_hash)
+        with self._lock:
+            if len(self._tokens) > 10_000:
+                self._tokens.clear()
+            self._tokens[token_hash] = (now, record)
+        return record
+
+    def forget_tokens(self) -> None:
+        """Drop remembered lookups (after a revocation)."""
+        with self._lock:
+            self._tokens.clear()
 
     def plan(self) -> Plan:
         """The plan the core would make now (pure; nothing is applied)."""

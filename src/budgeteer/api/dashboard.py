@@ -85,7 +85,7 @@ forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_
 def _who(ctx: Ctx, authorization: str | None, token: str | None) -> Principal:
     header = authorization or (f"Bearer {token}" if token else None)
     who = authenticate(
-        header, store=ctx.store, admin_token=ctx.admin_token, secret_key=ctx.secret_key
+        header, lookup=ctx.token, admin_token=ctx.admin_token, secret_key=ctx.secret_key
     )
     if who is None or who.job_id is not None:
         raise Problem(401, "log in with /login?token=YOUR_TOKEN or send a bearer token")

@@ -120,7 +120,7 @@ def submit_job(
         spec,
         job_id=_new_id(spec.name),
         now=now,
-        seq=ctx.store.next_seq(),
+        seq=ctx.next_seq(),
         known_accelerators=list(ctx.catalog.throughput),
         dependency_ids={d.job: d.job for d in spec.depends_on},
     )
@@ -130,10 +130,12 @@ def submit_job(
         idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
         request_hash=_hash(spec.model_dump(mode="json")),
     )
+    job_id = result.job_ids[0]
+    state = JobState.SUBMITTED
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    job_id = result.job_ids[0]
-    return Created(id=job_id, state=ctx.store.job(job_id).state.value, links=links(job_id))
+        state = ctx.store.job(job_id).state
+    return Created(id=job_id, state=state.value, links=links(job_id))
 
 
 @router.post("/pipelines", status_code=201, response_model=PipelineCreated)
@@ -154,7 +156,7 @@ def submit_pipeline(
         specs,
         now=now,
         known_accelerators=list(ctx.catalog.throughput),
-        first_seq=ctx.store.next_seq(),
+        first_seq=ctx.next_seq(len(specs)),
     )
     suffix = secrets.token_hex(4)
     ids = {j.id: f"{spec.name[:24]}.{j.id[:40]}-{suffix}" for j in jobs}

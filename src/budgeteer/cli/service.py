@@ -181,6 +181,16 @@ def serve_command(
         str | None, typer.Option("--host", help="Default: the config's api.host.")
     ] = None,
     port: Annotated[int | None, typer.Option("--port", min=0, max=65535)] = None,
+    scheduler: Annotated[
+        bool,
+        typer.Option(
+            "--scheduler/--no-scheduler",
+            help="Run the scheduler loop here (--no-scheduler: an API-only replica).",
+        ),
+    ] = True,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=64, help="API processes (one leads).")
+    ] = 1,
 ) -> None:
     """Serve the REST API, the dashboard and metrics, and run the scheduler (until SIGTERM)."""
     from budgeteer.service.server import serve  # noqa: PLC0415 - keeps the other commands light
@@ -194,4 +204,4 @@ def serve_command(
     except BudgeteerError as exc:
         fail(exc)
         return
-    serve(svc, api.host, api.port)
+    serve(svc, api.host, api.port, scheduler=scheduler, workers=workers, config_path=config)

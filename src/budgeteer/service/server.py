@@ -32,6 +32,8 @@ from budgeteer.service.wiring import Service
 from budgeteer.store.leader import LeaderLock
 
 log = logging.getLogger("budgeteer.serve")
+#: Real seconds between the end of a cycle and the next one, whatever happens (debounce).
+MIN_CYCLE_GAP_SECONDS = 0.5
 
 
 class JsonFormatter(logging.Formatter):
@@ -128,7 +130,10 @@ class LoopThread(threading.Thread):
             self.lock.release()
 
     def _wait(self, clock: object) -> None:
-        """Until the interval passes, an event happens, or we are asked to stop."""
+        """Until the interval passes, an event happens, or we are asked to stop — but at least
+        ``MIN_CYCLE_GAP_SECONDS`` of real time after a cycle, so a burst of submissions is
+        planned in one cycle instead of starving the API of CPU."""
+        self.stopping.wait(MIN_CYCLE_GAP_SECONDS)
         waited = 0.0
         slice_seconds = min(self.interval, 1.0 * float(getattr(clock, "scale", 1.0)))
         while waited < self.interval and not self.stopping.is_set():
@@ -137,8 +142,11 @@ class LoopThread(threading.Thread):
             waited += slice_seconds
 
 
-def build_app(svc: Service, admin_token: str) -> tuple[FastAPI, LoopThread]:
-    """The API app over ``svc`` and the loop thread its lifespan starts and stops."""
+def build_app(
+    svc: Service, admin_token: str, *, scheduler: bool = True
+) -> tuple[FastAPI, LoopThread]:
+    """The API app over ``svc`` and the loop thread its lifespan starts and stops (not
+    started with ``scheduler`` False: an API-only replica beside a leader elsewhere)."""
     cfg = svc.config
     workdir = svc.workdir()
     key = secret_key(workdir)
@@ -166,10 +174,12 @@ def build_app(svc: Service, admin_token: str) -> tuple[FastAPI, LoopThread]:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        holder["loop"].start()
+        if scheduler:
+            holder["loop"].start()
         yield
-        holder["loop"].stopping.set()
-        holder["loop"].join()
+        if scheduler:
+            holder["loop"].stopping.set()
+            holder["loop"].join()
 
     app = create_app(ctx)
     app.router.lifespan_context = lifespan
@@ -185,17 +195,68 @@ def resolve_admin_token(svc: Service) -> tuple[str, bool]:
     return "bga_" + secrets.token_urlsafe(24), True
 
 
-def serve(svc: Service, host: str, port: int) -> None:
-    """Run the API and the loop until SIGTERM/SIGINT."""
+def serve(
+    svc: Service,
+    host: str,
+    port: int,
+    *,
+    scheduler: bool = True,
+    workers: int = 1,
+    config_path: Path | None = None,
+) -> None:
+    """Run the API (and, unless ``scheduler`` is False, the loop) until SIGTERM/SIGINT.
+
+    With ``workers`` > 1, uvicorn runs that many processes, each built from the config by
+    :func:`app_from_env`; they share the store, and the leader lock lets exactly one of them
+    run the scheduler (the others serve the API and stand by)."""
     setup_logging(svc.config.api.log_json)
     admin_token, generated = resolve_admin_token(svc)
     if generated:
         print(
             f"admin token (set BUDGETEER_ADMIN_TOKEN to choose one): {admin_token}", file=sys.stderr
         )
-    app, _ = build_app(svc, admin_token)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     log.info(
         "serving on http://%s:%d (dashboard at /, API at /v1, metrics at /metrics)", host, port
     )
+    if workers > 1:
+        os.environ |= {
+            "BUDGETEER_ADMIN_TOKEN": admin_token,
+            "BUDGETEER_CONFIG": str(config_path.resolve()) if config_path else "",
+            "BUDGETEER_SERVE_HOST": host,
+            "BUDGETEER_SERVE_PORT": str(port),
+            "BUDGETEER_SERVE_SCHEDULER": "1" if scheduler else "0",
+        }
+        uvicorn.run(
+            "budgeteer.service.server:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+        )
+        return
+    app, _ = build_app(svc, admin_token, scheduler=scheduler)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     uvicorn.Server(config).run()
+
+
+def app_from_env() -> FastAPI:
+    """The app of one worker process of ``serve --workers N`` (its settings come from the
+    environment the parent set)."""
+    from budgeteer.config import load_config  # noqa: PLC0415 - only worker processes need it
+    from budgeteer.service.wiring import build  # noqa: PLC0415
+
+    path = os.environ.get("BUDGETEER_CONFIG") or None
+    cfg, root = load_config(Path(path) if path else None)
+    api = cfg.api.model_copy(
+        update={
+            "host": os.environ["BUDGETEER_SERVE_HOST"],
+            "port": int(os.environ["BUDGETEER_SERVE_PORT"]),
+        }
+    )
+    svc = build(cfg.model_copy(update={"api": api}), root)
+    setup_logging(cfg.api.log_json)
+    scheduler = os.environ.get("BUDGETEER_SERVE_SCHEDULER", "1") == "1"
+    app, _ = build_app(svc, os.environ["BUDGETEER_ADMIN_TOKEN"], scheduler=scheduler)
+    return app
