@@ -5,6 +5,7 @@ metrics and the dashboard."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
@@ -383,3 +384,42 @@ def test_openapi_is_served(world: World) -> None:
     doc = world.http.get("/openapi.json").json()
     assert {"/v1/jobs", "/v1/pipelines", "/v1/budgets", "/v1/offerings"} <= set(doc["paths"])
     assert json.dumps(doc)  # serialisable
+
+
+def test_the_grafana_dashboard_queries_only_exported_metrics(world: World) -> None:
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
+    attempt = world.store.start_attempt(
+        job_id,
+        backend="sandbox",
+        offering_id="x",
+        market="spot",
+        instance_ids=[],
+        at=world.clock.now(),
+    )
+    world.store.add_ledger_entry(
+        LedgerEntry(
+            attempt.id,
+            job_id,
+            world.clock.now(),
+            world.clock.now() + timedelta(hours=1),
+            Decimal(1),
+            Decimal(1),
+            "test",
+        )
+    )
+    world.http.post(
+        "/v1/budgets",
+        json={"id": "b", "scope": {"team": "growth"}, "limit_usd": 10},
+        headers=world.auth(ADMIN),
+    )
+    world.ctx.snapshot()  # the cycle histogram is registered at app creation
+    exported = {
+        s.name
+        for f in text_string_to_metric_families(world.http.get("/metrics").text)
+        for s in f.samples
+    }
+    dashboard = (Path(__file__).parents[1] / "deploy" / "grafana" / "budgeteer.json").read_text()
+    used = set(re.findall(r"budgeteer_[a-z_]+", dashboard)) - {"budgeteer"}
+    assert used
+    assert used <= exported, used - exported

@@ -1,5 +1,6 @@
-"""``budgeteer run | submit | status | cancel | ledger``: the loop and the store from the shell
-(until the API exists, these work directly on the store named in the config)."""
+"""``budgeteer serve | run | submit | status | cancel | ledger``: the service, and the loop and
+the store from the shell (these work directly on the store named in the config, for operators on
+the service's machine; remote callers use the API or :mod:`budgeteer.client`)."""
 
 from __future__ import annotations
 
