@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budgeteer.domain.job import JobState as S
+from budgeteer.domain.job import Webhook
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
 from budgeteer.domain.tier import Tier
 from budgeteer.store import (
@@ -40,6 +41,7 @@ def test_submitted_jobs_round_trip(store: Store) -> None:
         accelerators=("A100", "H100"),
         workers=(1, 4),
     )
+    job = dataclasses.replace(job, webhook=Webhook("https://hooks.example.com/j", "s3cret-key"))
     parent = make_job("features", seq=0)
     result = store.submit([parent, job], at=NOW)
     assert result.job_ids == ("features", "churn")

@@ -60,6 +60,7 @@ class ApiConfig(_Strict):
     public_url: str | None = None
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
     log_json: bool = False
+    webhook_allow_private: bool = False
 
 
 class ServiceConfig(_Strict):

@@ -137,6 +137,14 @@ class DataSource:
 
 
 @dataclass(frozen=True, slots=True)
+class Webhook:
+    """Where to tell about a job: ``url``, and ``secret`` to sign each body (HMAC-SHA256)."""
+
+    url: str
+    secret: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A retraining job in the queue (or finished), as the decision core reads it.
 
@@ -144,7 +152,8 @@ class Job:
     sequence number: the last tie-breaker of every ordering. ``budget_usd`` caps this run's
     expected cost. ``incremental_reference_hours`` is the cheaper incremental-training variant's
     work, when the job offers one. ``retries`` is how many times a run that fails for its own
-    reasons (a non-zero exit, not a preemption) is tried again.
+    reasons (a non-zero exit, not a preemption) is tried again. ``webhook`` is where to POST its
+    terminal state and deadline risk (and the secret that signs the posts), when set.
     """
 
     id: str
@@ -168,3 +177,4 @@ class Job:
     command: tuple[str, ...] = ()
     retries: int = 0
     early_stop: tuple[float, int] | None = None  # (min_delta, patience); off when None
+    webhook: Webhook | None = None

@@ -28,10 +28,13 @@ from budgeteer.api.app import cycle_histogram
 from budgeteer.api.auth import job_token
 from budgeteer.errors import BudgeteerError
 from budgeteer.service.loop import Scheduler
+from budgeteer.service.webhooks import Notifier
 from budgeteer.service.wiring import Service
 from budgeteer.store.leader import LeaderLock
 
 log = logging.getLogger("budgeteer.serve")
+#: Real seconds between webhook passes (queue what is due, send it).
+WEBHOOK_PERIOD_SECONDS = 2.0
 #: Real seconds between the end of a cycle and the next one, whatever happens (debounce).
 MIN_CYCLE_GAP_SECONDS = 0.5
 
@@ -142,6 +145,26 @@ class LoopThread(threading.Thread):
             waited += slice_seconds
 
 
+class WebhookThread(threading.Thread):
+    """Queues and sends webhooks every ``WEBHOOK_PERIOD_SECONDS`` while this replica leads."""
+
+    def __init__(self, notifier: Notifier, loop: LoopThread) -> None:
+        super().__init__(name="budgeteer-webhooks", daemon=True)
+        self.notifier = notifier
+        self.loop = loop
+
+    def run(self) -> None:
+        """Until the loop stops."""
+        while not self.loop.stopping.wait(WEBHOOK_PERIOD_SECONDS):
+            if not self.loop.leading:
+                continue
+            try:
+                self.notifier.scan()
+                self.notifier.deliver()
+            except Exception:  # the top of this loop: log, try again next period
+                log.exception("webhook pass failed")
+
+
 def build_app(
     svc: Service, admin_token: str, *, scheduler: bool = True
 ) -> tuple[FastAPI, LoopThread]:
@@ -176,11 +199,15 @@ def build_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if scheduler:
             holder["loop"].start()
+            WebhookThread(notifier, holder["loop"]).start()
         yield
         if scheduler:
             holder["loop"].stopping.set()
             holder["loop"].join()
 
+    notifier = Notifier(
+        svc.store, svc.clock, sched.policy, allow_private=cfg.api.webhook_allow_private
+    )
     app = create_app(ctx)
     app.router.lifespan_context = lifespan
     holder["loop"] = LoopThread(sched, lock, cfg.interval_seconds, app)

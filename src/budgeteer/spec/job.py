@@ -32,6 +32,7 @@ from budgeteer.domain.job import (
     Resources,
     SpotSettings,
     SwitchRule,
+    Webhook,
     Work,
 )
 from budgeteer.domain.tier import Tier
@@ -163,6 +164,14 @@ class EarlyStopSpec(_Strict):
     patience: Annotated[int, Field(ge=1, le=10_000)]
 
 
+class WebhookSpec(_Strict):
+    """POST the job's terminal state and deadline risk to ``url`` (http or https), signed with
+    ``secret`` when given (header ``Budgeteer-Signature: sha256=<hex HMAC of the body>``)."""
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2048)]
+    secret: Annotated[str, StringConstraints(min_length=8, max_length=256)] | None = None
+
+
 class CheckpointSpec(_Strict):
     """How often the job checkpoints, and how long a restart from a checkpoint takes."""
 
@@ -192,6 +201,7 @@ class JobSpec(_Strict):
         default_factory=list, max_length=1024
     )
     retries: Annotated[int, Field(ge=0, le=100)] = 0
+    webhook: WebhookSpec | None = None
 
     @field_validator("sla")
     @classmethod
@@ -319,6 +329,7 @@ def job_from_spec(
         early_stop=(spec.early_stop.min_delta, spec.early_stop.patience)
         if spec.early_stop
         else None,
+        webhook=Webhook(spec.webhook.url, spec.webhook.secret) if spec.webhook else None,
     )
 
 

@@ -13,6 +13,7 @@ from budgeteer.store.base import (
     Store,
     Submission,
     UnknownJob,
+    WebhookDelivery,
 )
 from budgeteer.store.memory import MemoryStore
 from budgeteer.store.sql import SqlStore
@@ -31,4 +32,5 @@ __all__ = [
     "Store",
     "Submission",
     "UnknownJob",
+    "WebhookDelivery",
 ]

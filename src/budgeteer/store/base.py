@@ -121,6 +121,20 @@ class JobFilter:
     limit: int = 100
 
 
+@dataclass(frozen=True, slots=True)
+class WebhookDelivery:
+    """One webhook to send (the outbox): at most one per job and ``kind`` (``terminal``,
+    ``deadline_risk``); ``next_at`` is when to try (None: delivered or given up)."""
+
+    job_id: str
+    kind: str
+    payload: Mapping[str, Any]
+    attempts: int
+    next_at: datetime | None
+    delivered_at: datetime | None = None
+    last_error: str | None = None
+
+
 class Store(Protocol):
     """Durable jobs, events, attempts and ledger (see the module docstring for the contract)."""
 
@@ -239,4 +253,25 @@ class Store(Protocol):
 
     def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
         """The job's progress reports with ids above ``after_id``, in order."""
+        ...
+
+    def enqueue_webhook(
+        self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime
+    ) -> bool:
+        """Queue a webhook to send now; ``False`` if this job's ``kind`` was queued before."""
+        ...
+
+    def due_webhooks(self, now: datetime, limit: int = 100) -> list[WebhookDelivery]:
+        """Webhooks whose next try is due (oldest first)."""
+        ...
+
+    def record_webhook(
+        self, job_id: str, kind: str, *, at: datetime, error: str | None, next_at: datetime | None
+    ) -> WebhookDelivery:
+        """Record a try: delivered when ``error`` is None; else count it and try again at
+        ``next_at`` (None: give up)."""
+        ...
+
+    def webhooks(self, job_id: str) -> list[WebhookDelivery]:
+        """The job's webhooks, queued or sent."""
         ...

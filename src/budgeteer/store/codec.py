@@ -14,6 +14,7 @@ from budgeteer.domain.job import (
     Resources,
     SpotSettings,
     SwitchRule,
+    Webhook,
     Work,
 )
 from budgeteer.domain.tier import Tier
@@ -59,6 +60,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "command": list(job.command),
         "retries": job.retries,
         "early_stop": list(job.early_stop) if job.early_stop else None,
+        "webhook": {"url": job.webhook.url, "secret": job.webhook.secret} if job.webhook else None,
     }
 
 
@@ -104,5 +106,8 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         retries=int(d.get("retries", 0)),
         early_stop=(float(d["early_stop"][0]), int(d["early_stop"][1]))
         if d.get("early_stop")
+        else None,
+        webhook=Webhook(d["webhook"]["url"], d["webhook"].get("secret"))
+        if d.get("webhook")
         else None,
     )

@@ -22,6 +22,7 @@ from budgeteer.store.base import (
     ProgressReport,
     Submission,
     UnknownJob,
+    WebhookDelivery,
 )
 
 
@@ -39,6 +40,7 @@ class MemoryStore:
         self._tokens: dict[str, tuple[ApiToken, str]] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
+        self._webhooks: dict[tuple[str, str], WebhookDelivery] = {}
 
     def submit(
         self,
@@ -266,3 +268,45 @@ class MemoryStore:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             return [r for r in self._progress[after_id:] if r.job_id == job_id]
+
+    def enqueue_webhook(
+        self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime
+    ) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job {job_id!r}")
+            if (job_id, kind) in self._webhooks:
+                return False
+            self._webhooks[(job_id, kind)] = WebhookDelivery(job_id, kind, dict(payload), 0, at)
+            return True
+
+    def due_webhooks(self, now: datetime, limit: int = 100) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            due = [w for w in self._webhooks.values() if w.next_at is not None and w.next_at <= now]
+        return sorted(due, key=lambda w: (w.next_at or now, w.job_id, w.kind))[:limit]
+
+    def record_webhook(
+        self, job_id: str, kind: str, *, at: datetime, error: str | None, next_at: datetime | None
+    ) -> WebhookDelivery:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if (job_id, kind) not in self._webhooks:
+                raise NotFound(f"no webhook {kind!r} for job {job_id!r}")
+            w = self._webhooks[(job_id, kind)]
+            if error is None:
+                w = dataclasses.replace(
+                    w, attempts=w.attempts + 1, next_at=None, delivered_at=at, last_error=None
+                )
+            else:
+                w = dataclasses.replace(
+                    w, attempts=w.attempts + 1, next_at=next_at, last_error=error
+                )
+            self._webhooks[(job_id, kind)] = w
+            return w
+
+    def webhooks(self, job_id: str) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [w for (j, _), w in sorted(self._webhooks.items()) if j == job_id]

@@ -157,6 +157,19 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", UtcDateTime),
 )
 
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("job_id", sa.String(128), sa.ForeignKey("jobs.id"), primary_key=True),
+    sa.Column("kind", sa.String(32), primary_key=True),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("next_at", UtcDateTime, index=True),
+    sa.Column("delivered_at", UtcDateTime),
+    sa.Column("last_error", sa.Text),
+)
+
 progress_reports = sa.Table(
     "progress_reports",
     metadata,

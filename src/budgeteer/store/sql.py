@@ -37,6 +37,7 @@ from budgeteer.store.base import (
     ProgressReport,
     Submission,
     UnknownJob,
+    WebhookDelivery,
 )
 from budgeteer.store.codec import job_from_dict, job_to_dict
 from budgeteer.store.leader import (
@@ -548,6 +549,70 @@ class SqlStore:
                 ProgressReport(r.id, r.job_id, r.at, dict(r.record)) for r in conn.execute(query)
             ]
 
+    # -- webhook outbox ---------------------------------------------------------------------
+    def enqueue_webhook(
+        self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime
+    ) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        with self._tx() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            known = conn.execute(
+                sa.select(w.c.kind).where((w.c.job_id == job_id) & (w.c.kind == kind))
+            ).first()
+            if known is not None:
+                return False
+            conn.execute(
+                w.insert().values(
+                    job_id=job_id,
+                    kind=kind,
+                    payload=dict(payload),
+                    attempts=0,
+                    created_at=at,
+                    next_at=at,
+                )
+            )
+            return True
+
+    def due_webhooks(self, now: datetime, limit: int = 100) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        query = (
+            sa.select(w)
+            .where(w.c.next_at.is_not(None) & (w.c.next_at <= now))
+            .order_by(w.c.next_at, w.c.job_id, w.c.kind)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_webhook(r) for r in conn.execute(query)]
+
+    def record_webhook(
+        self, job_id: str, kind: str, *, at: datetime, error: str | None, next_at: datetime | None
+    ) -> WebhookDelivery:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        match = (w.c.job_id == job_id) & (w.c.kind == kind)
+        with self._tx() as conn:
+            row = conn.execute(sa.select(w).where(match)).first()
+            if row is None:
+                raise NotFound(f"no webhook {kind!r} for job {job_id!r}")
+            values: dict[str, Any] = {"attempts": row.attempts + 1}
+            if error is None:
+                values |= {"next_at": None, "delivered_at": at, "last_error": None}
+            else:
+                values |= {"next_at": next_at, "last_error": error[:2000]}
+            conn.execute(w.update().where(match).values(**values))
+            row = conn.execute(sa.select(w).where(match)).first()
+        return _webhook(row)
+
+    def webhooks(self, job_id: str) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        query = sa.select(w).where(w.c.job_id == job_id).order_by(w.c.kind)
+        with self.engine.connect() as conn:
+            return [_webhook(r) for r in conn.execute(query)]
+
 
 def _replay(row: Any, request_hash: str, key: str) -> Submission:
     if row.request_hash != request_hash:
@@ -576,4 +641,16 @@ def _attempt(row: Any) -> Attempt:
 def _token(row: Any) -> ApiToken:
     return ApiToken(
         row.id, row.name, tuple(row.teams), bool(row.admin), row.created_at, row.revoked_at
+    )
+
+
+def _webhook(row: Any) -> WebhookDelivery:
+    return WebhookDelivery(
+        row.job_id,
+        row.kind,
+        dict(row.payload),
+        row.attempts,
+        row.next_at,
+        row.delivered_at,
+        row.last_error,
     )

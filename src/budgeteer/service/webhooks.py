@@ -1,0 +1,184 @@
+"""Webhooks: tell a job's ``webhook.url`` when it ends and when its deadline is at risk.
+
+An outbox: :meth:`Notifier.scan` derives what is due from the store (a job with a webhook in a
+terminal state → ``terminal``; running with its ETA past the deadline less the margin →
+``deadline_risk``) and queues it once per job and kind (``Store.enqueue_webhook``), so nothing is
+lost or sent twice across restarts whatever code path ended the job. :meth:`Notifier.deliver`
+POSTs what is due as JSON — signed with the job's secret in ``Budgeteer-Signature:
+sha256=<hex HMAC-SHA256 of the body>`` when it has one — and retries failures (any non-2xx or
+network error) with exponential backoff: 30 s doubling, 8 tries, then gives up with the error
+recorded. Addresses that resolve to loopback, private or link-local networks are refused unless
+``allow_private`` (a team token must not make the service probe its own network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from budgeteer.clock import Clock
+from budgeteer.core.policy import Policy
+from budgeteer.core.progress import Sample, behind_schedule, eta
+from budgeteer.domain.job import Job, JobState
+from budgeteer.store.base import Store, WebhookDelivery
+
+log = logging.getLogger("budgeteer.webhooks")
+MAX_TRIES = 8
+BACKOFF_BASE_SECONDS = 30.0
+Post = Callable[[str, bytes, dict[str, str]], int]
+
+
+def _http_post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    return httpx.post(url, content=body, headers=headers, timeout=5.0).status_code
+
+
+def private_address(url: str) -> bool:
+    """True when the URL's host resolves to a loopback, private, link-local or reserved
+    address (or does not resolve)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return True
+    for info in infos:
+        ip = ipaddress.ip_address(info[4][0])
+        if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved:
+            return True
+    return False
+
+
+class Notifier:
+    """Queues and sends webhooks (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        policy: Policy | None = None,
+        *,
+        allow_private: bool = False,
+        post: Post = _http_post,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.policy = policy or Policy()
+        self.allow_private = allow_private
+        self.post = post
+
+    def scan(self) -> int:
+        """Queue what is due; returns how many were queued."""
+        now = self.clock.now()
+        queued = 0
+        for job in self.store.jobs():
+            if job.webhook is None:
+                continue
+            kind = None
+            if job.state.is_terminal:
+                kind = "terminal"
+            elif job.state is JobState.RUNNING and self._at_risk(job):
+                kind = "deadline_risk"
+            if kind is not None and self.store.enqueue_webhook(
+                job.id, kind, self._payload(job, kind, now), at=now
+            ):
+                queued += 1
+        return queued
+
+    def deliver(self) -> int:
+        """Try every due webhook once; returns how many were delivered."""
+        delivered = 0
+        for w in self.store.due_webhooks(self.clock.now()):
+            if self._send(w):
+                delivered += 1
+        return delivered
+
+    def _send(self, w: WebhookDelivery) -> bool:
+        job = self.store.job(w.job_id)
+        assert job.webhook is not None
+        url = job.webhook.url
+        body = json.dumps(w.payload, sort_keys=True).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "budgeteer-webhooks/0.1"}
+        if job.webhook.secret:
+            mac = hmac.new(job.webhook.secret.encode(), body, hashlib.sha256).hexdigest()
+            headers["Budgeteer-Signature"] = f"sha256={mac}"
+        error: str | None = None
+        if not self.allow_private and private_address(url):
+            error = "refused: the address is private, loopback or does not resolve"
+            self.store.record_webhook(
+                w.job_id, w.kind, at=self.clock.now(), error=error, next_at=None
+            )
+            log.warning("webhook %s of %s: %s", w.kind, w.job_id, error, extra={"job_id": w.job_id})
+            return False
+        try:
+            status = self.post(url, body, headers)
+            if not 200 <= status < 300:
+                error = f"HTTP {status}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        now = self.clock.now()
+        next_at = None
+        if error is not None and w.attempts + 1 < MAX_TRIES:
+            next_at = now + timedelta(seconds=BACKOFF_BASE_SECONDS * 2**w.attempts)
+        self.store.record_webhook(w.job_id, w.kind, at=now, error=error, next_at=next_at)
+        if error is not None:
+            log.warning(
+                "webhook %s of %s failed (try %d): %s",
+                w.kind,
+                w.job_id,
+                w.attempts + 1,
+                error,
+                extra={"job_id": w.job_id},
+            )
+        return error is None
+
+    def _at_risk(self, job: Job) -> bool:
+        if job.deadline is None:
+            return False
+        attempts = self.store.attempts(job.id)
+        if not attempts or attempts[-1].ended_at is not None:
+            return False
+        started = attempts[-1].started_at
+        samples: list[Sample] = []
+        for r in self.store.progress(job.id):
+            step, total = r.record.get("step"), r.record.get("total_steps")
+            if r.at < started or not isinstance(step, int) or not isinstance(total, int):
+                continue
+            if total > 0 and (not samples or step > samples[-1].step):
+                samples.append(Sample(r.at, step, total))
+        margin = (job.deadline - job.submitted_at) * self.policy.deadline_margin_fraction
+        return behind_schedule(samples, job.deadline, margin)
+
+    def _payload(self, job: Job, kind: str, now: datetime) -> dict[str, Any]:
+        accrued = sum((e.amount_usd for e in self.store.ledger(job.id)), Decimal(0))
+        samples = [
+            Sample(r.at, r.record["step"], r.record["total_steps"])
+            for r in self.store.progress(job.id)
+            if isinstance(r.record.get("step"), int)
+            and isinstance(r.record.get("total_steps"), int)
+        ]
+        finish = eta(samples) if kind == "deadline_risk" else None
+        return {
+            "event": kind,
+            "at": now.isoformat(),
+            "job": {
+                "id": job.id,
+                "name": job.name,
+                "team": job.team,
+                "priority": job.tier.name,
+                "state": job.state.value,
+                "deadline": job.deadline.isoformat() if job.deadline else None,
+                "eta": finish.isoformat() if finish else None,
+                "accrued_usd": str(accrued),
+                "links": {"self": f"/v1/jobs/{job.id}", "events": f"/v1/jobs/{job.id}/events"},
+            },
+        }
