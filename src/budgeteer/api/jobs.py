@@ -19,7 +19,7 @@ from budgeteer.api.views import explain, job_view, links
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.tier import Tier
 from budgeteer.spec.job import JobSpec, job_from_spec, jobs_from_specs
-from budgeteer.store import JobFilter, UnknownJob
+from budgeteer.store import JobFilter, Submission, UnknownJob
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 IdempotencyKey = Annotated[
@@ -68,6 +68,27 @@ class Progress(BaseModel):
 
 def _hash(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _submit(
+    ctx: Ctx,
+    who: Person,
+    jobs: list[Job],
+    body: BaseModel,
+    idempotency_key: str | None,
+    response: Response,
+) -> Submission:
+    """Store the jobs atomically; an idempotency key is scoped to the caller's credential and
+    bound to the body it came with. A replay is flagged in ``Idempotent-Replayed``."""
+    result = ctx.store.submit(
+        jobs,
+        at=jobs[0].submitted_at,
+        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
+        request_hash=_hash(body.model_dump(mode="json")),
+    )
+    if result.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return result
 
 
 def _new_id(name: str) -> str:
@@ -124,17 +145,9 @@ def submit_job(
         known_accelerators=list(ctx.catalog.throughput),
         dependency_ids={d.job: d.job for d in spec.depends_on},
     )
-    result = ctx.store.submit(
-        [job],
-        at=now,
-        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
-        request_hash=_hash(spec.model_dump(mode="json")),
-    )
+    result = _submit(ctx, who, [job], spec, idempotency_key, response)
     job_id = result.job_ids[0]
-    state = JobState.SUBMITTED
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-        state = ctx.store.job(job_id).state
+    state = ctx.store.job(job_id).state if result.replayed else JobState.SUBMITTED
     return Created(id=job_id, state=state.value, links=links(job_id))
 
 
@@ -168,14 +181,7 @@ def submit_pipeline(
         )
         for j in jobs
     ]
-    result = ctx.store.submit(
-        renamed,
-        at=now,
-        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
-        request_hash=_hash(spec.model_dump(mode="json")),
-    )
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
+    result = _submit(ctx, who, renamed, spec, idempotency_key, response)
     handles = {}
     for s, job_id in zip(spec.jobs, result.job_ids, strict=True):
         handles[s.name] = Created(

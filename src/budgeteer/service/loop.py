@@ -206,18 +206,7 @@ class Scheduler:
             open_attempts = [a for a in self.store.attempts(job.id) if a.ended_at is None]
             adopted = False
             for attempt in open_attempts:
-                offering = self._offerings[attempt.offering_id]
-                request = LaunchRequest(
-                    job.id,
-                    attempt.number,
-                    offering,
-                    job.command,
-                    self.checkpoint_root / job.id,
-                    instances=attempt.instances,
-                    workers=attempt.workers,
-                    env=self.job_env(job.id) if self.job_env else {},
-                )
-                handle = self.backend.adopt(request)
+                handle = self.backend.adopt(self._request(job, attempt))
                 if handle is None:
                     self.store.end_attempt(
                         attempt.id, at=now, exit_reason="lost: never launched before a restart"
@@ -531,6 +520,19 @@ class Scheduler:
                 self.store.transition(job.id, state, at=now, cause=cause)
             self._launch(job, admission.placement, now, report)
 
+    def _request(self, job: Job, attempt: Attempt) -> LaunchRequest:
+        """What the backend is asked to run (or re-attach to) for this attempt."""
+        return LaunchRequest(
+            job.id,
+            attempt.number,
+            self._offerings[attempt.offering_id],
+            job.command,
+            self.checkpoint_root / job.id,
+            instances=attempt.instances,
+            workers=attempt.workers,
+            env=self.job_env(job.id) if self.job_env else {},
+        )
+
     def _launch(self, job: Job, placement: Placement, now: datetime, report: CycleReport) -> None:
         offering = self._offerings[placement.offering_id]
         expected_usd = placement.expected_cost_usd
@@ -545,18 +547,8 @@ class Scheduler:
             instances=placement.instances,
             workers=placement.workers,
         )
-        request = LaunchRequest(
-            job.id,
-            attempt.number,
-            offering,
-            job.command,
-            self.checkpoint_root / job.id,
-            instances=placement.instances,
-            workers=placement.workers,
-            env=self.job_env(job.id) if self.job_env else {},
-        )
         try:
-            handle = self.backend.launch(request)
+            handle = self.backend.launch(self._request(job, attempt))
         except CapacityUnavailable as exc:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"capacity: {exc}")
             misses = sum(
