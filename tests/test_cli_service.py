@@ -104,3 +104,33 @@ def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path) -> None:
     # two more minutes
     assert run.wait(timeout=45) == 0
     assert "succeeded" in budgeteer("status", "--config", str(cfg)).stdout
+
+
+def test_team_tokens_from_the_cli_work_on_the_api_until_revoked(home: Path) -> None:
+    from fastapi.testclient import TestClient  # noqa: PLC0415
+
+    from api_world import ADMIN, CATALOG, T0  # noqa: PLC0415 - the API test world
+    from budgeteer.api import ApiContext, create_app  # noqa: PLC0415
+    from budgeteer.clock import ManualClock  # noqa: PLC0415
+    from budgeteer.store import SqlStore  # noqa: PLC0415
+
+    cfg = str(home / "budgeteer.yaml")
+    out = budgeteer("token", "create", "--name", "growth ci", "--team", "growth", "--config", cfg)
+    assert out.returncode == 0, out.stderr
+    token_id, secret = out.stdout.split(" (growth): ")
+    bad = budgeteer("token", "create", "--name", "x", "--team", "no spaces", "--config", cfg)
+    assert bad.returncode == 2
+    assert "teams[0]" in bad.stderr
+
+    def api() -> TestClient:
+        store = SqlStore(f"sqlite:///{home / 'state.db'}")
+        ctx = ApiContext(store, CATALOG, ManualClock(T0), lambda: None, ADMIN, b"k" * 32)  # type: ignore[arg-type, return-value]
+        return TestClient(create_app(ctx))
+
+    headers = {"Authorization": f"Bearer {secret.strip()}"}
+    assert api().get("/v1/jobs", headers=headers).status_code == 200
+    assert budgeteer("token", "revoke", token_id, "--config", cfg).returncode == 0
+    assert api().get("/v1/jobs", headers=headers).status_code == 401
+    listed = budgeteer("token", "list", "--config", cfg)
+    assert token_id in listed.stdout
+    assert secret.strip() not in listed.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from budgeteer.api.auth import hash_token, new_secret
 from budgeteer.api.deps import Admin, Ctx, Person
 from budgeteer.domain.offering import Market
-from budgeteer.store import ApiToken
+from budgeteer.store import ApiToken, Store
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 Team = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -37,18 +38,20 @@ def _token(t: ApiToken) -> dict[str, Any]:
     }
 
 
+def make_token(store: Store, request: TokenRequest, now: datetime) -> tuple[ApiToken, str]:
+    """Create and store a team token; returns its record and its secret (never stored)."""
+    secret = new_secret()
+    token = ApiToken(
+        f"tok_{secrets.token_hex(6)}", request.name, tuple(sorted(set(request.teams))), False, now
+    )
+    store.add_token(token, hash_token(secret))
+    return token, secret
+
+
 @router.post("/tokens", status_code=201)
 def create_token(request: Annotated[TokenRequest, Body()], ctx: Ctx, who: Admin) -> dict[str, Any]:
     """Create a team token; the secret is in this answer only (it is stored as a hash)."""
-    secret = new_secret()
-    token = ApiToken(
-        f"tok_{secrets.token_hex(6)}",
-        request.name,
-        tuple(sorted(set(request.teams))),
-        False,
-        ctx.clock.now(),
-    )
-    ctx.store.add_token(token, hash_token(secret))
+    token, secret = make_token(ctx.store, request, ctx.clock.now())
     return {**_token(token), "token": secret}
 
 
