@@ -263,3 +263,25 @@ def test_rate_market_is_seeded_and_alternates(tmp_path: Path) -> None:
     assert seq_a[0] is True
     assert not all(seq_a)  # at 2 interruptions per hour, an hour sees an outage
     assert RateMarket(T0).available(make_offering("od"), T0)
+
+
+def test_trace_prices_cut_an_interval_where_they_change() -> None:
+    from datetime import timedelta  # noqa: PLC0415
+
+    prices = np.array([1.0, 1.0, 2.0, 2.0, 3.0])
+    market = TraceMarket(np.ones(5, dtype=bool), 60, T0, prices=prices, source="t")
+    spot = make_offering("spot", market=Market.SPOT, price=9.0)
+    at = [T0 + timedelta(seconds=s) for s in (30, 120, 240, 250, 400)]
+    segs = market.segments(spot, at[0], at[3])
+    assert [(a, b, str(p), s) for a, b, p, s in segs] == [
+        (at[0], at[1], "1.0", "t[0]"),
+        (at[1], at[2], "2.0", "t[2]"),
+        (at[2], at[3], "3.0", "t[4]"),
+    ]
+    # past the trace the last price holds; on-demand is one catalog-priced piece
+    assert [str(p) for _, _, p, _ in market.segments(spot, at[3], at[4])] == ["3.0"]
+    od = make_offering("od", price=4.0)
+    assert [(a, b, str(p)) for a, b, p, _ in market.segments(od, at[0], at[4])] == [
+        (at[0], at[4], "4.0")
+    ]
+    assert market.segments(spot, at[1], at[1]) == []

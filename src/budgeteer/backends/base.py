@@ -126,6 +126,13 @@ class ComputeBackend(Protocol):
         instances costs n times this)."""
         ...
 
+    def price_segments(
+        self, offering: Offering, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime, Decimal, str]]:
+        """``[start, end)`` cut where the price per instance-hour changes, each piece with its
+        price and source (the ledger bills each piece at its own price)."""
+        ...
+
     def adopt(self, request: LaunchRequest) -> Handle | None:
         """Re-attach to this attempt if an earlier process of ours launched it (after a
         scheduler restart); ``None`` when the backend has no trace of it (never launched)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
@@ -31,9 +31,22 @@ class SandboxMarket(Protocol):
         """Price per instance-hour at ``at`` and its source."""
         ...
 
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+        """``[start, end)`` cut where the price changes, each piece with its price and source."""
+        ...
+
+
+#: A stretch of time at one price: (start, end, USD per instance-hour, source).
+Segment = tuple[datetime, datetime, Decimal, str]
+
 
 def _catalog_price(offering: Offering) -> tuple[Decimal, str]:
     return Decimal(repr(offering.usd_per_hour)), offering.price.source
+
+
+def _one_segment(offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+    price, source = _catalog_price(offering)
+    return [(start, end, price, source)] if end > start else []
 
 
 class TraceMarket:
@@ -70,6 +83,28 @@ class TraceMarket:
             return _catalog_price(offering)
         tick = min(max(self._tick(at), 0), len(self._prices) - 1)
         return Decimal(repr(float(self._prices[tick]))), f"{self._source}[{tick}]"
+
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+        """See :class:`SandboxMarket`: cut at the trace's ticks where the price changes."""
+        if offering.market is not Market.SPOT or self._prices is None:
+            return _one_segment(offering, start, end)
+        out: list[Segment] = []
+        at = start
+        while at < end:
+            price, source = self.price(offering, at)
+            tick = self._tick(at)
+            boundary = end
+            if 0 <= tick < len(self._prices) - 1:
+                nxt = tick + 1
+                while nxt < len(self._prices) and self._prices[nxt] == self._prices[tick]:
+                    nxt += 1
+                if nxt < len(self._prices):
+                    boundary = min(end, self._origin + timedelta(seconds=nxt * self._gap))
+            elif tick < 0:
+                boundary = min(end, self._origin)
+            out.append((at, boundary, price, source))
+            at = boundary
+        return out
 
 
 class RateMarket:
@@ -109,3 +144,7 @@ class RateMarket:
     def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
         """The catalog price (this market varies availability, not price)."""
         return _catalog_price(offering)
+
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+        """See :class:`SandboxMarket`: one price throughout."""
+        return _one_segment(offering, start, end)

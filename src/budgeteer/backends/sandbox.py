@@ -167,6 +167,12 @@ class SandboxBackend:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         return self.market.price(offering, at)
 
+    def price_segments(
+        self, offering: Offering, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime, Decimal, str]]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.segments(offering, start, end)
+
     def poll(self) -> None:
         """Advance every attempt (start, notice, kill, reap)."""
         with self._lock:

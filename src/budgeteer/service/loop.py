@@ -303,25 +303,28 @@ class Scheduler:
             self.store.transition(job.id, S.CANCELLED, at=at, cause=reason)
 
     def _bill(self, live: _Live, until: datetime) -> None:
+        """Ledger entries for ``[billed until, until)``, one per stretch at one price."""
         start = live.billed_until
         if until <= start:
             return
         offering = self._offerings[live.attempt.offering_id]
-        price, source = self.backend.price(offering, start)
-        seconds = Decimal(str((until - start).total_seconds()))
         instances = live.attempt.instances
-        self.store.add_ledger_entry(
-            LedgerEntry(
-                live.attempt.id,
-                live.attempt.job_id,
-                start,
-                until,
-                price,
-                price * instances * seconds / Decimal(3600),
-                source,
-                instances,
+        for seg_start, seg_end, price, source in self.backend.price_segments(
+            offering, start, until
+        ):
+            seconds = Decimal(str((seg_end - seg_start).total_seconds()))
+            self.store.add_ledger_entry(
+                LedgerEntry(
+                    live.attempt.id,
+                    live.attempt.job_id,
+                    seg_start,
+                    seg_end,
+                    price,
+                    price * instances * seconds / Decimal(3600),
+                    source,
+                    instances,
+                )
             )
-        )
         live.billed_until = until
 
     def _observe(self, live: _Live, now: datetime) -> None:

@@ -1,0 +1,282 @@
+"""The simulated compute backend: attempts that progress at the modelled throughput, on the
+kernel's time.
+
+It implements the :class:`~budgeteer.backends.base.ComputeBackend` port like the sandbox, with
+the same market (:class:`~budgeteer.backends.market.SandboxMarket`: a replayed trace or an
+interruption rate) and the same rules — capacity per offering, start-up delay, spot availability
+at launch, the notice on revocation — but no processes: an attempt of a job of ``W`` reference
+hours on ``n`` instances of ``g`` GPUs of relative throughput ``rel`` (``w`` workers of ``k``
+GPUs) advances at ``rel × w × k × eff`` reference hours per hour, with the planner's scaling
+efficiency (:func:`budgeteer.core.runtime.scaling_efficiency`), after ``restart_overhead`` on a
+resumed attempt. Every ``report_seconds`` it posts a progress report to the store (as the SDK
+does through the API), so the loop's runtime control sees ETA and risk exactly as in the service.
+
+A job keeps its progress across attempts (its checkpoint): on a notice — market revocation or
+``stop`` — it checkpoints and exits ``CHECKPOINT_SECONDS`` later (within the grace period), so
+it loses only the restart overhead when it resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import numpy as np
+
+from budgeteer.backends.base import (
+    Capabilities,
+    CapacityUnavailable,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+    Status,
+)
+from budgeteer.backends.market import SandboxMarket
+from budgeteer.core.policy import Policy
+from budgeteer.core.runtime import scaling_efficiency
+from budgeteer.domain.job import Job
+from budgeteer.domain.offering import Market, Offering
+from budgeteer.sim.kernel import Event, Kernel
+from budgeteer.store.base import Store
+
+#: Seconds a job takes to write its checkpoint and exit after the notice.
+CHECKPOINT_SECONDS = 30.0
+#: Granularity (seconds) at which spot availability is probed ahead of a running attempt.
+PROBE_SECONDS = 60.0
+TOTAL_STEPS = 1000  # progress reports count the job's work in thousandths
+
+
+@dataclass
+class _Run:
+    handle: Handle
+    request: LaunchRequest
+    job: Job
+    ready_at: datetime
+    rate_per_hour: float  # share of the whole job done per hour once running
+    started_at: datetime | None = None
+    work_from: datetime | None = None  # when progress starts (after the restart overhead)
+    done_at_start: float = 0.0
+    final: Status | None = None
+    notice: str | None = None
+    preempted: bool = False
+    events: tuple[Event, ...] = ()
+
+
+class SimBackend:
+    """A :class:`~budgeteer.backends.base.ComputeBackend` on simulated time (see the module
+    docstring). ``job_of`` returns the job an attempt belongs to (its work and resources)."""
+
+    name = "sim"
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=True)
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        market: SandboxMarket,
+        store: Store,
+        throughput: dict[str, float],
+        *,
+        policy: Policy | None = None,
+        grace_seconds: float = 30.0,
+        report_seconds: float = 600.0,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.kernel = kernel
+        self.market = market
+        self.store = store
+        self.throughput = throughput
+        self.policy = policy or Policy()
+        self.grace_seconds = grace_seconds
+        self.report_seconds = report_seconds
+        self.on_change = on_change  # called when an attempt starts or ends (wakes the loop)
+        self._runs: dict[str, _Run] = {}
+        self._done: dict[str, float] = {}  # share of each job's work checkpointed
+
+    # -- the port -------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Handle:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        offering = request.offering
+        now = self.kernel.now
+        if request.instances < 1 or request.workers < 1:
+            raise LaunchFailed("instances and workers must be ≥ 1")
+        job = self.store.job(request.job_id)
+        if job.work.reference_hours is None:
+            raise LaunchFailed("the simulator needs work in reference hours")
+        in_use = sum(
+            r.request.instances
+            for r in self._runs.values()
+            if r.final is None and r.request.offering.id == offering.id
+        )
+        limit = offering.max_instances
+        if limit is not None and in_use + request.instances > limit:
+            raise CapacityUnavailable(f"{offering.id}: {in_use} of {limit} instances are in use")
+        if not self.market.available(offering, now):
+            raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%Y-%m-%d %H:%M}")
+        hid = f"{request.job_id}.{request.attempt}"
+        ids = tuple(f"{hid}-{i}" for i in range(request.instances))
+        handle = Handle(self.name, hid, request.job_id, request.attempt, offering.id, ids, now)
+        run = _Run(
+            handle,
+            request,
+            job,
+            now + timedelta(seconds=offering.startup_seconds),
+            self._rate(job, request),
+        )
+        self._runs[hid] = run
+        ready = self.kernel.schedule(run.ready_at, lambda: self._start(run), label=f"ready {hid}")
+        run.events = (ready,)
+        return handle
+
+    def adopt(self, request: LaunchRequest) -> Handle | None:
+        """Attempts of this backend live as long as the simulation: re-attach if known."""
+        run = self._runs.get(f"{request.job_id}.{request.attempt}")
+        return run.handle if run else None
+
+    def status(self, handle: Handle) -> Status:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        run = self._runs[handle.id]
+        if run.final is not None:
+            return run.final
+        if run.started_at is None:
+            return Status(RunState.PROVISIONING)
+        return Status(RunState.RUNNING, started_at=run.started_at)
+
+    def stop(self, handle: Handle, reason: str) -> None:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        run = self._runs[handle.id]
+        if run.final is None and run.notice is None:
+            self._notify(run, reason, preempted=False)
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.price(offering, at)
+
+    def price_segments(
+        self, offering: Offering, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime, Decimal, str]]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.segments(offering, start, end)
+
+    # -- the simulation -------------------------------------------------------------------
+    def done(self, job_id: str) -> float:
+        """Share of the job's work checkpointed so far."""
+        return self._done.get(job_id, 0.0)
+
+    def _rate(self, job: Job, request: LaunchRequest) -> float:
+        o = request.offering
+        k = job.resources.gpus_per_worker
+        gpus = request.workers * k
+        per_instance = max(1.0, gpus / request.instances)
+        eff = float(
+            scaling_efficiency(
+                np.array([per_instance]), np.array([float(request.instances)]), self.policy
+            )[0]
+        )
+        speed = self.throughput.get(o.accelerator, 0.0) * gpus * eff  # reference hours per hour
+        assert job.work.reference_hours is not None
+        return speed / job.work.reference_hours
+
+    def _progress(self, run: _Run, at: datetime) -> float:
+        if run.work_from is None or at <= run.work_from:
+            return run.done_at_start
+        hours = (at - run.work_from).total_seconds() / 3600
+        return min(1.0, run.done_at_start + run.rate_per_hour * hours)
+
+    def _start(self, run: _Run) -> None:
+        now = self.kernel.now
+        spot = run.request.offering.market is Market.SPOT
+        hid = run.handle.id
+        if run.notice is not None:
+            run.final = Status(RunState.STOPPED, None, run.notice, None, now)
+            self.on_change()
+            return
+        if spot and not self.market.available(run.request.offering, now):
+            run.preempted = True
+            run.final = Status(
+                RunState.PREEMPTED, None, "spot capacity lost while provisioning", None, now
+            )
+            self.on_change()
+            return
+        job_id = run.request.job_id
+        run.started_at = now
+        run.done_at_start = self._done.get(job_id, 0.0)
+        overhead = run.job.restart_overhead_seconds if run.done_at_start > 0 else 0.0
+        run.work_from = now + timedelta(seconds=overhead)
+        left_hours = (
+            (1.0 - run.done_at_start) / run.rate_per_hour if run.rate_per_hour > 0 else float("inf")
+        )
+        finish = run.work_from + timedelta(hours=min(left_hours, 24 * 3650))
+        events = [self.kernel.schedule(finish, lambda: self._succeed(run), label=f"finish {hid}")]
+        if spot:
+            revoked = self._next_revocation(run.request.offering, now, finish)
+            if revoked is not None:
+                events.append(
+                    self.kernel.schedule(
+                        revoked,
+                        lambda: self._notify(run, "spot capacity revoked", preempted=True),
+                        label=f"revoke {hid}",
+                    )
+                )
+        events.append(
+            self.kernel.after(self.report_seconds, lambda: self._report(run), label=f"report {hid}")
+        )
+        run.events = tuple(events)
+        self.on_change()
+
+    def _next_revocation(
+        self, offering: Offering, start: datetime, until: datetime
+    ) -> datetime | None:
+        t = start
+        step = timedelta(seconds=PROBE_SECONDS)
+        while t <= until:
+            if not self.market.available(offering, t):
+                return t
+            t += step
+        return None
+
+    def _report(self, run: _Run) -> None:
+        if run.final is not None or run.notice is not None:
+            return
+        done = self._progress(run, self.kernel.now)
+        self.store.add_progress(
+            run.request.job_id,
+            {"step": int(done * TOTAL_STEPS), "total_steps": TOTAL_STEPS},
+            at=self.kernel.now,
+        )
+        self.kernel.after(
+            self.report_seconds, lambda: self._report(run), label=f"report {run.handle.id}"
+        )
+
+    def _succeed(self, run: _Run) -> None:
+        if run.final is not None or run.notice is not None:
+            return
+        self._done[run.request.job_id] = 1.0
+        run.final = Status(RunState.SUCCEEDED, 0, "exited 0", run.started_at, self.kernel.now)
+        self._cancel_pending(run)
+        self.on_change()
+
+    def _notify(self, run: _Run, reason: str, *, preempted: bool) -> None:
+        if run.final is not None or run.notice is not None:
+            return
+        now = self.kernel.now
+        run.notice = reason
+        run.preempted = preempted
+        self._cancel_pending(run)
+        if run.started_at is None:  # stopped or revoked before it ran
+            return
+        self._done[run.request.job_id] = self._progress(run, now)  # it checkpoints on the notice
+        exit_after = min(CHECKPOINT_SECONDS, self.grace_seconds)
+        self.kernel.after(exit_after, lambda: self._exit(run), label=f"exit {run.handle.id}")
+
+    def _exit(self, run: _Run) -> None:
+        state = RunState.PREEMPTED if run.preempted else RunState.STOPPED
+        run.final = Status(state, 75, run.notice or "", run.started_at, self.kernel.now)
+        self.on_change()
+
+    def _cancel_pending(self, run: _Run) -> None:
+        for event in run.events:
+            if event.label.startswith(("finish", "revoke")):
+                self.kernel.cancel(event)

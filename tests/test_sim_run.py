@@ -1,0 +1,154 @@
+"""The service's scheduler loop on simulated time: short stories with hand-checked outcomes,
+the ledger against an independent recompute from the price series, and determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import numpy as np
+
+from budgeteer.backends import TraceMarket
+from budgeteer.catalog import Catalog
+from budgeteer.domain.job import Job, SpotSettings
+from budgeteer.domain.job import JobState as S
+from budgeteer.domain.offering import Market
+from budgeteer.domain.tier import Tier
+from budgeteer.sim.run import Arrival, SimRun, simulate
+from builders import EGRESS, THROUGHPUT, make_budget, make_job
+
+T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
+GAP = 600  # the trace's tick: ten minutes
+SPOT = "spot"
+OD = "od"
+
+
+def _catalog() -> Catalog:
+    from builders import make_offering  # noqa: PLC0415 - builders' offering factory
+
+    spot = make_offering(
+        SPOT, price=1.0, market=Market.SPOT, interruption_per_hour=0.05, startup_seconds=120
+    )
+    od = make_offering(OD, price=3.0, startup_seconds=120)
+    return Catalog((spot, od), dict(THROUGHPUT), EGRESS, "test")
+
+
+def _market(up_ticks: int, down_ticks: int) -> TraceMarket:
+    """Spot up for ``up_ticks``, then down for ``down_ticks``, then up; its price wanders."""
+    avail = np.array([True] * up_ticks + [False] * down_ticks + [True] * 500)
+    prices = 0.9 + 0.1 * (np.arange(len(avail)) % 5)  # 0.9 … 1.3, changing every tick
+    return TraceMarket(avail, GAP, T0, prices=prices, source="trace")
+
+
+def _at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def _job(name: str, at: float, **kw: object) -> Job:
+    job = make_job(name, **kw)  # type: ignore[arg-type]
+    deadline = None if job.deadline is None else _at(at) + (job.deadline - job.submitted_at)
+    return dataclasses.replace(job, submitted_at=_at(at), deadline=deadline)
+
+
+def _recompute(run: SimRun, market: TraceMarket) -> Decimal:
+    """Σ over attempts of ∫ price × instances dt, tick by tick from the series (independent of
+    the loop's billing: it never looks at the ledger's intervals)."""
+    catalog = {o.id: o for o in _catalog().offerings}
+    total = Decimal(0)
+    for a in run.store.attempts():
+        if a.ended_at is None:
+            continue
+        t = a.started_at
+        while t < a.ended_at:
+            tick_end = T0 + timedelta(seconds=(int((t - T0).total_seconds() // GAP) + 1) * GAP)
+            end = min(tick_end, a.ended_at)
+            price, _ = market.price(catalog[a.offering_id], t)
+            total += price * a.instances * Decimal(str((end - t).total_seconds())) / Decimal(3600)
+            t = end
+    return total
+
+
+def _preempted_story() -> tuple[SimRun, TraceMarket]:
+    market = _market(up_ticks=12, down_ticks=60)  # spot for 2 h, then gone for 10 h
+    job = dataclasses.replace(
+        _job("retrain", 0.2, hours=4, deadline_hours=12, tier=Tier.P1),
+        spot=SpotSettings(allowed=True, max_preemptions=1),
+    )
+    run = simulate([Arrival(job.submitted_at, job)], _catalog(), market, start=T0, end=_at(24))
+    return run, market
+
+
+def test_preempted_on_spot_it_resumes_on_demand_and_meets_its_deadline() -> None:
+    run, market = _preempted_story()
+    store = run.store
+    assert store.job("retrain").state is S.SUCCEEDED
+    first, second = store.attempts("retrain")
+    assert (first.market, second.market) == ("spot", "on_demand")
+    assert first.exit_reason is not None
+    assert first.exit_reason.startswith("preempted")
+    assert first.ended_at is not None
+    assert first.ended_at <= _at(2) + timedelta(minutes=2)  # revoked at 2 h, checkpointed
+    done_on_spot = (first.ended_at - first.started_at).total_seconds() / 3600 - 2 / 60
+    finished = store.events("retrain")[-1].at
+    assert finished <= _at(0.2) + timedelta(hours=12)
+    # the second attempt only did what was left (plus start-up and the restart overhead)
+    assert second.ended_at is not None
+    second_hours = (second.ended_at - second.started_at).total_seconds() / 3600
+    assert abs(second_hours - (4 - done_on_spot + 2 / 60 + 5 / 60)) < 0.1
+    billed = sum((e.amount_usd for e in store.ledger()), Decimal(0))
+    assert billed == _recompute(run, market)
+    assert len({e.price_source for e in store.ledger() if e.price_source.startswith("trace")}) > 3
+
+
+def test_the_same_inputs_give_the_same_run() -> None:
+    one, _ = _preempted_story()
+    two, _ = _preempted_story()
+    assert one.kernel.log == two.kernel.log
+    assert one.store.ledger() == two.store.ledger()
+    assert [e.to_state for e in one.store.events("retrain")] == [
+        e.to_state for e in two.store.events("retrain")
+    ]
+
+
+def test_a_dependent_job_never_starts_before_its_parent_succeeds() -> None:
+    parent = _job("features", 0.0, hours=2, spot=False)
+    child = _job("train", 0.0, hours=1, spot=False, depends_on=(("features", "success"),), seq=1)
+    run = simulate(
+        [Arrival(parent.submitted_at, parent), Arrival(child.submitted_at, child)],
+        _catalog(),
+        _market(500, 0),
+        start=T0,
+        end=_at(12),
+    )
+    store = run.store
+    assert store.job("train").state is S.SUCCEEDED
+    parent_done = next(e.at for e in store.events("features") if e.to_state is S.SUCCEEDED)
+    assert store.attempts("train")[0].started_at >= parent_done
+    assert S.WAITING in [e.to_state for e in store.events("train")]
+
+
+def test_a_p0_uses_the_reserve_and_p3_work_waits_for_the_period_reset() -> None:
+    # $5 a month with a $20 reserve: the P0 ($12 on-demand) may use the reserve; the P3 ($3)
+    # may only bring projected spend to 70% of $5, so it waits — until December starts
+    budget = make_budget(limit="5", reserve="20")
+    p0 = _job("drift-fix", 7.0, hours=4, spot=False, tier=Tier.P0, deadline_hours=6)
+    p3 = _job("sweep", 9.0, hours=1, spot=False, tier=Tier.P3, seq=1)
+    run = simulate(
+        [Arrival(p0.submitted_at, p0), Arrival(p3.submitted_at, p3)],
+        _catalog(),
+        _market(500, 0),
+        start=T0,
+        end=_at(16),
+        budgets=[budget],
+    )
+    store = run.store
+    assert store.job("drift-fix").state is S.SUCCEEDED
+    assert store.attempts("drift-fix")[0].started_at < _at(7.1)  # admitted at once
+    held = [e for e in store.events("sweep") if e.to_state is S.HELD]
+    assert held
+    assert "budget" in held[0].cause
+    midnight = datetime(2026, 12, 1, tzinfo=UTC)
+    started = store.attempts("sweep")[0].started_at
+    assert midnight <= started <= midnight + timedelta(minutes=10)  # released at the reset
+    assert store.job("sweep").state is S.SUCCEEDED
