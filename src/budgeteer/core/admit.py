@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from budgeteer.core.candidates import Candidates, Front
 from budgeteer.core.outcomes import Hold, HoldReason, WakeOn
+from budgeteer.core.policy import Policy
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job
@@ -135,6 +136,45 @@ def admit(
             t.planned_usd += cost
             t.tiers.add(job.tier)
         admitted.append(Admitted(job, chosen, cost, tuple(t.budget.id for t in covering)))
+    return AdmissionPass(tuple(admitted), tuple(holds))
+
+
+def apply_quotas(passed: AdmissionPass, snapshot: Snapshot, policy: Policy) -> AdmissionPass:
+    """GPU quotas per team (Kueue-like, no money): an admitted job whose cheapest placement
+    would take its team past its quota of GPUs held at once waits (``quota``)."""
+    if not policy.team_gpu_quotas and policy.default_team_gpu_quota is None:
+        return passed
+    gpus_of = {o.id: o.accelerators_per_instance for o in snapshot.offerings}
+    team_of = {j.id: j.team for j in snapshot.jobs}
+    held: dict[str, int] = {}
+    for alloc in snapshot.running:
+        team = team_of.get(alloc.job_id, "")
+        held[team] = held.get(team, 0) + alloc.instances * gpus_of.get(alloc.offering_id, 0)
+    admitted: list[Admitted] = []
+    holds = list(passed.holds)
+    for a in passed.admitted:
+        front = a.front
+        cfg = int(front.config[0])
+        gpus = int(front.configs.instances[cfg]) * int(
+            front.configs.table.gpus[int(front.configs.offering[cfg])]
+        )
+        quota = policy.gpu_quota(a.job.team)
+        have = held.get(a.job.team, 0)
+        if quota is not None and have + gpus > quota:
+            holds.append(
+                Hold(
+                    a.job.id,
+                    a.job.tier,
+                    HoldReason.QUOTA,
+                    f"team {a.job.team} holds {have} of its {quota} GPUs; this job needs {gpus}",
+                    (WakeOn.CAPACITY_FREED,),
+                    None,
+                    (("team", a.job.team), ("quota_gpus", str(quota)), ("held_gpus", str(have))),
+                )
+            )
+            continue
+        held[a.job.team] = have + gpus
+        admitted.append(a)
     return AdmissionPass(tuple(admitted), tuple(holds))
 
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from datetime import timedelta
 from decimal import Decimal
 
-from budgeteer.core.admit import Admitted, BudgetTally, admit, budget_tallies
+from budgeteer.core.admit import Admitted, BudgetTally, admit, apply_quotas, budget_tallies
 from budgeteer.core.candidates import nominate
 from budgeteer.core.order import order_queue
 from budgeteer.core.outcomes import (
@@ -46,14 +46,16 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
     candidates = nominate(snapshot, ready.ready, policy)
     # 3. order
     ordered = order_queue(snapshot, ready.ready, candidates, policy)
-    # 4. admit
+    # 4. admit (money, then GPU quotas)
     tallies = budget_tallies(snapshot)
-    admission = admit(ordered.jobs, candidates, tallies)
+    enforced = tallies if policy.enforce_budgets else {}
+    admission = admit(ordered.jobs, candidates, enforced)
+    admission = apply_quotas(admission, snapshot, policy)
     # 5. place
     in_use: dict[str, int] = defaultdict(int)
     for alloc in snapshot.running:
         in_use[alloc.offering_id] += alloc.instances
-    choices, solver = place(admission.admitted, snapshot.offerings, in_use, tallies, policy)
+    choices, solver = place(admission.admitted, snapshot.offerings, in_use, enforced, policy)
     # 6. report
     admissions, capacity_holds = _admissions(snapshot, admission.admitted, choices, tallies)
     waiting = tuple(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from budgeteer.core.candidates import Candidates
-from budgeteer.core.policy import Policy
+from budgeteer.core.policy import Policy, QueueOrder
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import Job
 from budgeteer.domain.tier import Tier
@@ -64,6 +64,9 @@ def order_queue(
     policy: Policy,
 ) -> Ordered:
     """The order in which admission considers ``ready`` jobs."""
+    if policy.queue_order is QueueOrder.FIFO:
+        fifo = sorted(ready, key=lambda j: (j.submitted_at, j.seq, j.id))
+        return Ordered(tuple(fifo), dict.fromkeys((j.id for j in fifo), 1.0))
     usage = decayed_usage(snapshot, policy)
     by_tier: dict[Tier, list[Job]] = defaultdict(list)
     for job in ready:

@@ -68,6 +68,7 @@ class HoldReason(StrEnum):
     BUDGET = "budget"
     CAPACITY = "capacity"
     INFEASIBLE = "infeasible"
+    QUOTA = "quota"
 
 
 class WakeOn(StrEnum):

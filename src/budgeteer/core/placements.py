@@ -135,7 +135,7 @@ def build_configs(job: Job, table: OfferingTable, policy: Policy) -> Configs:
     ok = (
         (table.gpus >= k)
         & (table.gpu_memory_gib >= res.min_gpu_memory_gib)
-        & (job.spot.allowed | ~table.spot)
+        & ((job.spot.allowed & policy.allow_spot) | ~table.spot)
         & table.family_mask(res.accelerators)
     )
     idx = np.flatnonzero(ok)

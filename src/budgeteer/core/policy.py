@@ -10,6 +10,14 @@ from budgeteer.domain.job import Job
 from budgeteer.domain.tier import Tier
 
 
+class QueueOrder(StrEnum):
+    """``fair_share``: tier, then fair share on money, slack, age (``order.py``); ``fifo``:
+    submission order only, whatever the tier (a baseline)."""
+
+    FAIR_SHARE = "fair_share"
+    FIFO = "fifo"
+
+
 class SolverChoice(StrEnum):
     """How placements are chosen jointly: ``auto`` uses the MILP when the problem is small
     enough and the greedy fallback otherwise; ``milp`` and ``greedy`` force one."""
@@ -31,6 +39,11 @@ class Policy:
     ``spot_rules`` gives switch rules and preemption limits per tier (jobs may override them).
     A running job whose ETA passes its deadline minus ``deadline_margin_fraction`` of the time
     from submission to deadline is behind schedule.
+
+    The baselines the simulator compares against are policies too: ``allow_spot`` False never
+    plans spot; ``queue_order`` FIFO ignores tiers and fair share; ``enforce_budgets`` False
+    admits without looking at money; ``team_gpu_quotas`` (and ``default_team_gpu_quota``) cap the
+    GPUs a team holds at once, Kueue-style (held with reason ``quota``).
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -46,10 +59,19 @@ class Policy:
     milp_time_limit_seconds: float = 2.0
     spot_rules: tuple[tuple[Tier, RuleSet], ...] = ()
     deadline_margin_fraction: float = 0.05
+    allow_spot: bool = True
+    queue_order: QueueOrder = QueueOrder.FAIR_SHARE
+    enforce_budgets: bool = True
+    team_gpu_quotas: tuple[tuple[str, int], ...] = ()
+    default_team_gpu_quota: int | None = None
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""
         return job_rules(job, dict(self.spot_rules))
+
+    def gpu_quota(self, team: str) -> int | None:
+        """GPUs ``team`` may hold at once (``None``: no quota)."""
+        return dict(self.team_gpu_quotas).get(team, self.default_team_gpu_quota)
 
     def team_weight(self, team: str) -> float:
         """The fair-share weight of ``team`` (1.0 unless configured)."""
