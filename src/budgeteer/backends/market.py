@@ -66,6 +66,10 @@ class TraceMarket:
         self._origin = origin
         self._prices = prices
         self._source = source
+        # ticks where the price differs from the tick before (to cut billing intervals fast)
+        self._changes = (
+            np.flatnonzero(np.diff(prices) != 0) + 1 if prices is not None else np.array([], int)
+        )
 
     def _tick(self, at: datetime) -> int:
         return math.floor((at - self._origin).total_seconds() / self._gap)
@@ -95,10 +99,9 @@ class TraceMarket:
             tick = self._tick(at)
             boundary = end
             if 0 <= tick < len(self._prices) - 1:
-                nxt = tick + 1
-                while nxt < len(self._prices) and self._prices[nxt] == self._prices[tick]:
-                    nxt += 1
-                if nxt < len(self._prices):
+                i = int(np.searchsorted(self._changes, tick, side="right"))
+                if i < len(self._changes):
+                    nxt = int(self._changes[i])
                     boundary = min(end, self._origin + timedelta(seconds=nxt * self._gap))
             elif tick < 0:
                 boundary = min(end, self._origin)

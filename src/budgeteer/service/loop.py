@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -66,6 +67,7 @@ from budgeteer.core.progress import Sample
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market
+from budgeteer.service.spendbook import SpendBook
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.store.base import Attempt, LedgerEntry, Store
 
@@ -89,6 +91,7 @@ class _Live:
     handle: Handle
     expected_cost_usd: float
     billed_until: datetime
+    billed_usd: Decimal = Decimal(0)
 
 
 @dataclass
@@ -123,6 +126,10 @@ class Scheduler:
         self.job_env = job_env  # extra environment per job (the API URL and the job token)
         self._budget_cache: tuple[list[dict[str, Any]], tuple[Budget, ...]] = ([], ())
         self._api_read: dict[str, int] = {}  # last progress report id read from the store
+        self._book: SpendBook | None = None  # the ledger, compacted for planning
+        self._book_lock = threading.Lock()  # the API's threads take snapshots too
+        self._book_entries = 0  # ledger entries folded into the book
+        self._teams: dict[str, tuple[str, str | None]] = {}
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
@@ -212,12 +219,13 @@ class Scheduler:
                         attempt.id, at=now, exit_reason="lost: never launched before a restart"
                     )
                     continue
-                billed = [e.end for e in self.store.ledger(job.id) if e.attempt_id == attempt.id]
+                billed = [e for e in self.store.ledger(job.id) if e.attempt_id == attempt.id]
                 self._live[attempt.id] = _Live(
                     attempt,
                     handle,
                     float(attempt.expected_cost_usd),
-                    max(billed, default=attempt.started_at),
+                    max((e.end for e in billed), default=attempt.started_at),
+                    sum((e.amount_usd for e in billed), Decimal(0)),
                 )
                 adopted = True
             if not adopted:
@@ -313,18 +321,20 @@ class Scheduler:
             offering, start, until
         ):
             seconds = Decimal(str((seg_end - seg_start).total_seconds()))
-            self.store.add_ledger_entry(
-                LedgerEntry(
-                    live.attempt.id,
-                    live.attempt.job_id,
-                    seg_start,
-                    seg_end,
-                    price,
-                    price * instances * seconds / Decimal(3600),
-                    source,
-                    instances,
-                )
+            amount = price * instances * seconds / Decimal(3600)
+            entry = LedgerEntry(
+                live.attempt.id,
+                live.attempt.job_id,
+                seg_start,
+                seg_end,
+                price,
+                amount,
+                source,
+                instances,
             )
+            if self.store.add_ledger_entry(entry):
+                live.billed_usd += amount
+                self._book_add(entry)
         live.billed_until = until
 
     def _observe(self, live: _Live, now: datetime) -> None:
@@ -403,34 +413,56 @@ class Scheduler:
             else job
             for job in self.store.jobs()
         ]
-        teams = {j.id: (j.team, j.project) for j in jobs}
-        ledger = self.store.ledger()
-        spend = tuple(
-            SpendRecord(teams[e.job_id][0], e.amount_usd, e.end, teams[e.job_id][1], e.job_id)
-            for e in ledger
-        )
-        billed: dict[int, Decimal] = {}
-        for e in ledger:
-            billed[e.attempt_id] = billed.get(e.attempt_id, Decimal(0)) + e.amount_usd
+        now = self.clock.now()
+        budgets = self.budgets + self._store_budgets()
         running = tuple(
             Allocation(
                 live.attempt.job_id,
                 live.attempt.offering_id,
                 live.attempt.instances,
-                max(0.0, live.expected_cost_usd - float(billed.get(aid, Decimal(0)))),
+                max(0.0, live.expected_cost_usd - float(live.billed_usd)),
             )
-            for aid, live in self._live.items()
+            for live in list(self._live.values())
         )
         return Snapshot(
-            now=self.clock.now(),
+            now=now,
             jobs=tuple(jobs),
             offerings=self.catalog.offerings,
             throughput=tuple(self.catalog.throughput.items()),
             egress=self.catalog.egress,
-            budgets=self.budgets + self._store_budgets(),
-            spend=spend,
+            budgets=budgets,
+            spend=self._spend(jobs, budgets, now),
             running=running,
         )
+
+    def _spend(
+        self, jobs: Sequence[Job], budgets: Sequence[Budget], now: datetime
+    ) -> tuple[SpendRecord, ...]:
+        """The ledger compacted by the spend book (:mod:`budgeteer.service.spendbook`): filled
+        from the store once, then kept up as entries are billed."""
+        with self._book_lock:
+            self._teams.update({j.id: (j.team, j.project) for j in jobs})
+            stale = self._book is None or self._book_entries != self.store.ledger_count()
+            if stale or self._book is None or not self._book.set_boundaries(budgets, now):
+                # first time, spend billed by another process, or a budget whose period began
+                # before what the book has merged: fold the whole ledger again
+                self._book = SpendBook(self.policy.fair_share_half_life_seconds, now)
+                self._book.set_boundaries(budgets, now)
+                ledger = self.store.ledger()
+                for e in ledger:
+                    team, project = self._teams[e.job_id]
+                    self._book.add(team, project, e.amount_usd, e.end)
+                self._book_entries = len(ledger)
+            return self._book.records()
+
+    def _book_add(self, entry: LedgerEntry) -> None:
+        with self._book_lock:
+            if self._book is not None and entry.job_id in self._teams:
+                team, project = self._teams[entry.job_id]
+                self._book.add(team, project, entry.amount_usd, entry.end)
+                self._book_entries += 1
+            else:
+                self._book = None  # an unknown job: fill again from the ledger next time
 
     def _store_budgets(self) -> tuple[Budget, ...]:
         """The budgets kept in the store (created through the API), parsed once per change."""

@@ -212,6 +212,10 @@ class Store(Protocol):
         """Ledger entries (of one job, or all), by start time."""
         ...
 
+    def ledger_count(self) -> int:
+        """How many ledger entries there are (cheap: it tells readers the ledger grew)."""
+        ...
+
     def list_jobs(self, where: JobFilter) -> list[Job]:
         """Jobs matching ``where`` in ``(seq, id)`` order (a page, for the API)."""
         ...

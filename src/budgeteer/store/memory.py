@@ -194,6 +194,11 @@ class MemoryStore:
             rows = [e for e in self._ledger.values() if job_id is None or e.job_id == job_id]
         return sorted(rows, key=lambda e: (e.start, e.attempt_id))
 
+    def ledger_count(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return len(self._ledger)
+
     def list_jobs(self, where: JobFilter) -> list[Job]:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:

@@ -438,6 +438,12 @@ class SqlStore:
                 for r in conn.execute(query)
             ]
 
+    def ledger_count(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            count = conn.execute(sa.select(sa.func.count()).select_from(t.ledger_entries))
+            return int(count.scalar_one())
+
     # -- API records ------------------------------------------------------------------------
     def list_jobs(self, where: JobFilter) -> list[Job]:
         """See :class:`~budgeteer.store.base.Store`."""
