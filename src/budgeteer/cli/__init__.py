@@ -32,7 +32,7 @@ def fail(exc: BudgeteerError) -> None:
 
 def main() -> None:
     """Entry point of the ``budgeteer`` script."""
-    from budgeteer.cli import bench, demo, plan, service, spot  # noqa: F401, PLC0415  (registers)
+    from budgeteer.cli import bench, demo, plan, service, simulate, spot  # noqa: F401, PLC0415
 
     try:
         app()

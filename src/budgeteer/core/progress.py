@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from budgeteer.domain.job import SwitchRule
 
 RATE_SMOOTHING = 0.3  # weight of the newest rate sample
+RATE_WINDOW = 64  # samples looked at (0.7^63 ≈ 2e-10: the rest is below float noise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,8 @@ def step_rate_per_second(samples: Sequence[Sample]) -> float | None:
     """Exponentially smoothed steps per second between consecutive samples (``None`` until
     two samples with progress exist)."""
     rate: float | None = None
-    for a, b in itertools.pairwise(samples):
+    # older samples weigh (1 − RATE_SMOOTHING)^k: beyond the last RATE_WINDOW they do not count
+    for a, b in itertools.pairwise(samples[-RATE_WINDOW:]):
         seconds = (b.at - a.at).total_seconds()
         if seconds <= 0 or b.step <= a.step:
             continue

@@ -404,14 +404,17 @@ class Scheduler:
     def snapshot(self) -> Snapshot:
         """The frozen world the next plan would see (also read by the API's ``explain``)."""
         # one query for every attempt, not one per pending job: the queue can be long
+        stored = self.store.jobs()
+        pending = {j.id for j in stored if j.state.is_pending}
         history: dict[str, list[Attempt]] = {}
         for a in self.store.attempts():
-            history.setdefault(a.job_id, []).append(a)
+            if a.job_id in pending:
+                history.setdefault(a.job_id, []).append(a)
         jobs = [
             self._remaining(self._with_runtime_history(job, history[job.id]))
             if job.id in history
             else job
-            for job in self.store.jobs()
+            for job in stored
         ]
         now = self.clock.now()
         budgets = self.budgets + self._store_budgets()

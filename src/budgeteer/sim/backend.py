@@ -83,6 +83,7 @@ class SimBackend:
         grace_seconds: float = 30.0,
         report_seconds: float = 600.0,
         on_change: Callable[[], None] = lambda: None,
+        fails: frozenset[str] = frozenset(),
     ) -> None:
         self.kernel = kernel
         self.market = market
@@ -94,6 +95,7 @@ class SimBackend:
         self.on_change = on_change  # called when an attempt starts or ends (wakes the loop)
         self._runs: dict[str, _Run] = {}
         self._done: dict[str, float] = {}  # share of each job's work checkpointed
+        self.fails = fails  # jobs that exit non-zero when their work is done (a failed gate)
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -254,7 +256,10 @@ class SimBackend:
         if run.final is not None or run.notice is not None:
             return
         self._done[run.request.job_id] = 1.0
-        run.final = Status(RunState.SUCCEEDED, 0, "exited 0", run.started_at, self.kernel.now)
+        if run.request.job_id in self.fails:
+            run.final = Status(RunState.FAILED, 1, "exited 1", run.started_at, self.kernel.now)
+        else:
+            run.final = Status(RunState.SUCCEEDED, 0, "exited 0", run.started_at, self.kernel.now)
         self._cancel_pending(run)
         self.on_change()
 

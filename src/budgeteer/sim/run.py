@@ -12,7 +12,7 @@ its time. Nothing reads the wall clock; a run is a pure function of its inputs.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -60,6 +60,8 @@ def simulate(
     policy: Policy | None = None,
     cycle_seconds: float = 600.0,
     grace_seconds: float = 30.0,
+    fails: frozenset[str] = frozenset(),
+    on_day: Callable[[datetime], None] | None = None,
 ) -> SimRun:
     """Run the loop from ``start`` to ``end`` (see the module docstring)."""
     kernel = Kernel(start)
@@ -94,6 +96,7 @@ def simulate(
         policy=policy,
         grace_seconds=grace_seconds,
         on_change=wake,
+        fails=fails,
     )
     workdir = Path(tempfile.gettempdir()) / "budgeteer-sim-no-files"
     sched = Scheduler(store, backend, catalog, clock, workdir, budgets=budgets, policy=policy)
@@ -105,5 +108,14 @@ def simulate(
 
         kernel.schedule(arrival.at, submit, priority=1, label=f"arrive {arrival.job.id}")
     kernel.schedule(start, tick, priority=CYCLE_PRIORITY - 1, label="tick")
+    if on_day is not None:
+        report = on_day
+
+        def day() -> None:
+            report(kernel.now)
+            if kernel.now + timedelta(days=1) <= end:
+                kernel.after(86400, day, priority=CYCLE_PRIORITY + 1, label="day")
+
+        kernel.schedule(start, day, priority=CYCLE_PRIORITY + 1, label="day")
     kernel.run(until=end)
     return SimRun(store, kernel, backend, cycles)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,8 @@ class MemoryStore:
         self._tokens: dict[str, tuple[ApiToken, str]] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
+        self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
+        self._attempts_of: dict[str, list[int]] = {}  # attempt ids by job, in order
         self._webhooks: dict[tuple[str, str], WebhookDelivery] = {}
 
     def submit(
@@ -144,7 +147,7 @@ class MemoryStore:
         with self._lock:
             if job_id not in self._jobs:
                 raise UnknownJob(f"no job {job_id!r}")
-            number = 1 + sum(a.job_id == job_id for a in self._attempts)
+            number = 1 + len(self._attempts_of.get(job_id, ()))
             attempt = Attempt(
                 len(self._attempts) + 1,
                 job_id,
@@ -159,6 +162,7 @@ class MemoryStore:
                 workers=workers,
             )
             self._attempts.append(attempt)
+            self._attempts_of.setdefault(job_id, []).append(attempt.id)
             return attempt
 
     def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
@@ -175,7 +179,9 @@ class MemoryStore:
     def attempts(self, job_id: str | None = None) -> list[Attempt]:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
-            return [a for a in self._attempts if job_id is None or a.job_id == job_id]
+            if job_id is None:
+                return list(self._attempts)
+            return [self._attempts[i - 1] for i in self._attempts_of.get(job_id, ())]
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -267,12 +273,14 @@ class MemoryStore:
                 raise UnknownJob(f"no job {job_id!r}")
             report = ProgressReport(len(self._progress) + 1, job_id, at, dict(record))
             self._progress.append(report)
+            self._progress_of.setdefault(job_id, []).append(report)
             return report.id
 
     def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
-            return [r for r in self._progress[after_id:] if r.job_id == job_id]
+            mine = self._progress_of.get(job_id, [])
+            return mine[bisect.bisect_right(mine, after_id, key=lambda r: r.id) :]
 
     def enqueue_webhook(
         self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime

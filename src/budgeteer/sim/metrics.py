@@ -1,0 +1,163 @@
+"""What a simulated run measured: the comparison ``budgeteer simulate`` prints, and the time
+series its report plots. Everything is computed from the run's store (jobs, events, attempts,
+ledger) after the fact, so the numbers are the ledger's, not a model's.
+
+- ``cost_usd`` — the ledger's total; ``on_demand_equivalent_usd`` — the same instance-hours at
+  on-demand prices (:mod:`budgeteer.service.accounting`);
+- ``budget_overrun_usd`` — Σ over budgets and their periods of accrued above the limit;
+- ``sla_met_fraction`` per tier — among jobs whose deadline fell inside the horizon, the share
+  that succeeded by it (``None`` when a tier had none);
+- ``jobs_completed``, ``jobs_held_at_end``, ``preemptions``;
+- ``waste_usd`` — the spend of pipeline runs whose validation gate failed (features, train,
+  validate), plus the spend of attempts whose work was lost (failed runs).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from budgeteer.domain.budget import Budget
+from budgeteer.domain.job import JobState
+from budgeteer.domain.tier import Tier
+from budgeteer.service.accounting import OnDemandPrices, job_cost
+from budgeteer.sim.run import SimRun
+from budgeteer.sim.scenario import Built
+
+ZERO = Decimal(0)
+
+
+def summary(run: SimRun, built: Built) -> dict[str, Any]:
+    """The per-policy numbers (see the module docstring)."""
+    store = run.store
+    jobs = {j.id: j for j in store.jobs()}
+    attempts = store.attempts()
+    ledger = store.ledger()
+    prices = OnDemandPrices(built.catalog)
+    by_job_att: dict[str, list[Any]] = defaultdict(list)
+    for a in attempts:
+        by_job_att[a.job_id].append(a)
+    by_job_led: dict[str, list[Any]] = defaultdict(list)
+    for e in ledger:
+        by_job_led[e.job_id].append(e)
+    cost = sum((e.amount_usd for e in ledger), ZERO)
+    equivalent = sum(
+        (
+            job_cost(by_job_att[j], es, prices).on_demand_equivalent_usd
+            for j, es in by_job_led.items()
+        ),
+        ZERO,
+    )
+    spent = {j: sum((e.amount_usd for e in es), ZERO) for j, es in by_job_led.items()}
+    waste = ZERO
+    for gate, run_ids in built.pipeline_runs.items():
+        if gate in jobs and jobs[gate].state is JobState.FAILED:
+            waste += sum((spent.get(j, ZERO) for j in run_ids), ZERO)
+    return {
+        "cost_usd": float(cost),
+        "on_demand_equivalent_usd": float(equivalent),
+        "savings_vs_on_demand_fraction": float(1 - cost / equivalent) if equivalent else 0.0,
+        "budget_overrun_usd": float(_overrun(built.budgets, jobs, ledger)),
+        "sla_met_fraction": _sla(run, built.end),
+        "jobs_submitted": len(jobs),
+        "jobs_completed": sum(j.state is JobState.SUCCEEDED for j in jobs.values()),
+        "jobs_held_at_end": sum(j.state is JobState.HELD for j in jobs.values()),
+        "preemptions": sum((a.exit_reason or "").startswith("preempted") for a in attempts),
+        "waste_usd": float(waste),
+        "cycles": run.cycles,
+    }
+
+
+def _overrun(budgets: tuple[Budget, ...], jobs: dict[str, Any], ledger: list[Any]) -> Decimal:
+    total = ZERO
+    for b in budgets:
+        per_period: dict[datetime, Decimal] = defaultdict(Decimal)
+        for e in ledger:
+            job = jobs.get(e.job_id)
+            if job is not None and b.covers(job):
+                per_period[b.period.window(e.end)[0]] += e.amount_usd
+        total += sum((max(ZERO, v - b.limit_usd) for v in per_period.values()), ZERO)
+    return total
+
+
+def _sla(run: SimRun, end: datetime) -> dict[str, float | None]:
+    met: dict[Tier, int] = defaultdict(int)
+    due: dict[Tier, int] = defaultdict(int)
+    for job in run.store.jobs():
+        if job.deadline is None or job.deadline > end:
+            continue
+        due[job.tier] += 1
+        if job.state is JobState.SUCCEEDED:
+            finished = run.store.events(job.id)[-1].at
+            met[job.tier] += finished <= job.deadline
+    return {t.name: (met[t] / due[t] if due[t] else None) for t in Tier}
+
+
+def series(run: SimRun, built: Built, step: timedelta = timedelta(hours=6)) -> dict[str, Any]:
+    """Time series for the report: per team spend in its budget's current period, queue depth
+    by tier, running instances by market — sampled every ``step``."""
+    store = run.store
+    jobs = {j.id: j for j in store.jobs()}
+    times: list[datetime] = []
+    t = built.start
+    while t <= built.end:
+        times.append(t)
+        t += step
+    spend: dict[str, list[float]] = {}
+    ledger = sorted(store.ledger(), key=lambda e: e.end)
+    teams = sorted({j.team for j in jobs.values()})
+    team_budget = {b.scope.name: b for b in built.budgets if b.scope.kind.value == "team"}
+    for team in teams:
+        # spend in the current period of the team's budget (reset at each period start), so
+        # it reads against the limit; cumulative over the horizon when the team has none
+        budget = team_budget.get(team)
+        total, i, points, window = 0.0, 0, [], None
+        mine = [e for e in ledger if jobs[e.job_id].team == team]
+        for at in times:
+            if budget is not None and budget.period.window(at) != window:
+                window = budget.period.window(at)
+                total = 0.0
+                while i < len(mine) and mine[i].end < window[0]:
+                    i += 1
+            while i < len(mine) and mine[i].end <= at:
+                total += float(mine[i].amount_usd)
+                i += 1
+            points.append(total)
+        spend[team] = points
+    pending = {
+        JobState.SUBMITTED,
+        JobState.WAITING,
+        JobState.QUEUED,
+        JobState.HELD,
+        JobState.PREEMPTED,
+    }
+    queue = {t.name: [0] * len(times) for t in Tier}
+    for job in jobs.values():
+        events = store.events(job.id)
+        for k, e in enumerate(events):
+            if e.to_state not in pending:
+                continue
+            until = events[k + 1].at if k + 1 < len(events) else built.end
+            for n, at in enumerate(times):
+                if e.at <= at < until:
+                    queue[job.tier.name][n] += 1
+    market = {"spot": [0] * len(times), "on_demand": [0] * len(times)}
+    for a in store.attempts():
+        end = a.ended_at or built.end
+        key = "spot" if a.market == "spot" else "on_demand"
+        for n, at in enumerate(times):
+            if a.started_at <= at < end:
+                market[key][n] += a.instances
+    limits = {b.id: float(b.limit_usd) for b in built.budgets if b.scope.kind.value == "team"}
+    return {
+        "times": [t.isoformat() for t in times],
+        "spend_by_team": spend,
+        "queue_by_tier": queue,
+        "instances_by_market": market,
+        "team_limits": {
+            b.scope.name: float(b.limit_usd) for b in built.budgets if b.scope.kind.value == "team"
+        },
+        "budget_limits": limits,
+    }
