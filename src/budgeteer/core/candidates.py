@@ -11,7 +11,8 @@ front each.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -219,20 +220,43 @@ def _empty_front(configs: Configs, variant: Variant) -> Front:
     return Front(configs, variant, np.zeros(0, dtype=np.int64), z, z, z, z, z, z, 0)
 
 
+#: Pruned placements per (offerings, throughput, resource shape, policy), reused across cycles:
+#: a memo of a pure function (the same inputs give the same configs), bounded, thread-safe. The
+#: offerings tuple is compared by identity, so a changed catalog is a new entry.
+_MEMO: OrderedDict[tuple[object, ...], tuple[object, Configs]] = OrderedDict()
+_MEMO_SIZE = 1024
+_MEMO_LOCK = threading.Lock()
+
+
+def _configs(snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Policy) -> Configs:
+    memo_key = (id(snapshot.offerings), snapshot.throughput, key, policy)
+    with _MEMO_LOCK:
+        hit = _MEMO.get(memo_key)
+        if hit is not None and hit[0] is snapshot.offerings:
+            _MEMO.move_to_end(memo_key)
+            return hit[1]
+    table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
+    configs = prune(
+        build_configs(job, table, policy),
+        group_by_venue=key[6] is not None,
+        group_by_accelerator=bool(key[7]),
+    )
+    with _MEMO_LOCK:
+        _MEMO[memo_key] = (snapshot.offerings, configs)
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return configs
+
+
 def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[str, Candidates]:
     """Candidates for every job in ``jobs`` (by job id), fronts cheapest first."""
     throughput = dict(snapshot.throughput)
-    table = OfferingTable.build(snapshot.offerings, throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
     for job in jobs:
         shapes[_shape_key(job)].append(job)
     out: dict[str, Candidates] = {}
     for key, members in shapes.items():
-        configs = prune(
-            build_configs(members[0], table, policy),
-            group_by_venue=key[6] is not None,
-            group_by_accelerator=bool(key[7]),
-        )
+        configs = _configs(snapshot, key, members[0], policy)
         if len(configs) == 0:
             for job in members:
                 out[job.id] = Candidates(

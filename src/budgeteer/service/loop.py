@@ -69,7 +69,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market
 from budgeteer.service.spendbook import SpendBook
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
-from budgeteer.store.base import Attempt, LedgerEntry, Store
+from budgeteer.store.base import Attempt, LedgerEntry, ProgressReport, Store
 
 S = JobState
 #: Why attempts stop when the service shuts down: they checkpoint and resume on the next start.
@@ -130,6 +130,7 @@ class Scheduler:
         self._book_lock = threading.Lock()  # the API's threads take snapshots too
         self._book_entries = 0  # ledger entries folded into the book
         self._teams: dict[str, tuple[str, str | None]] = {}
+        self._store_done: dict[str, tuple[int, float]] = {}  # job → (last report id, share done)
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
@@ -497,7 +498,13 @@ class Scheduler:
         or sent through the API)."""
         path = self.checkpoint_root / job_id / "progress.jsonl"
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        records: list[object] = [r.record for r in self.store.progress(job_id)]
+        last_id, done_before = self._store_done.get(job_id, (0, 0.0))
+        fresh = self.store.progress(job_id, last_id)  # only reports not folded in yet
+        if fresh:
+            self._store_done[job_id] = (fresh[-1].id, max(done_before, _done_of(fresh)))
+        records: list[object] = [
+            {"step": self._store_done.get(job_id, (0, 0.0))[1], "total_steps": 1}
+        ]
         for line in lines:
             try:
                 records.append(json.loads(line))
@@ -508,7 +515,7 @@ class Scheduler:
             if not isinstance(record, Mapping):
                 continue
             step, total = record.get("step"), record.get("total_steps")
-            if isinstance(step, int) and isinstance(total, int) and total > 0:
+            if isinstance(step, int | float) and isinstance(total, int) and total > 0:
                 done = max(done, min(step / total, 1.0))
         return done
 
@@ -604,3 +611,13 @@ class Scheduler:
             return
         self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)
+
+
+def _done_of(reports: Sequence[ProgressReport]) -> float:
+    """The largest share of work done among progress reports (0 when none says)."""
+    done = 0.0
+    for r in reports:
+        step, total = r.record.get("step"), r.record.get("total_steps")
+        if isinstance(step, int) and isinstance(total, int) and total > 0:
+            done = max(done, min(step / total, 1.0))
+    return done

@@ -95,6 +95,7 @@ class SimBackend:
         self.on_change = on_change  # called when an attempt starts or ends (wakes the loop)
         self._runs: dict[str, _Run] = {}
         self._done: dict[str, float] = {}  # share of each job's work checkpointed
+        self._in_use: dict[str, int] = {}  # instances of live attempts per offering
         self.fails = fails  # jobs that exit non-zero when their work is done (a failed gate)
 
     # -- the port -------------------------------------------------------------------------
@@ -107,11 +108,7 @@ class SimBackend:
         job = self.store.job(request.job_id)
         if job.work.reference_hours is None:
             raise LaunchFailed("the simulator needs work in reference hours")
-        in_use = sum(
-            r.request.instances
-            for r in self._runs.values()
-            if r.final is None and r.request.offering.id == offering.id
-        )
+        in_use = self._in_use.get(offering.id, 0)
         limit = offering.max_instances
         if limit is not None and in_use + request.instances > limit:
             raise CapacityUnavailable(f"{offering.id}: {in_use} of {limit} instances are in use")
@@ -128,6 +125,7 @@ class SimBackend:
             self._rate(job, request),
         )
         self._runs[hid] = run
+        self._in_use[offering.id] = in_use + request.instances
         ready = self.kernel.schedule(run.ready_at, lambda: self._start(run), label=f"ready {hid}")
         run.events = (ready,)
         return handle
@@ -193,14 +191,14 @@ class SimBackend:
         hid = run.handle.id
         if run.notice is not None:
             run.final = Status(RunState.STOPPED, None, run.notice, None, now)
-            self.on_change()
+            self._ended(run)
             return
         if spot and not self.market.available(run.request.offering, now):
             run.preempted = True
             run.final = Status(
                 RunState.PREEMPTED, None, "spot capacity lost while provisioning", None, now
             )
-            self.on_change()
+            self._ended(run)
             return
         job_id = run.request.job_id
         run.started_at = now
@@ -261,7 +259,7 @@ class SimBackend:
         else:
             run.final = Status(RunState.SUCCEEDED, 0, "exited 0", run.started_at, self.kernel.now)
         self._cancel_pending(run)
-        self.on_change()
+        self._ended(run)
 
     def _notify(self, run: _Run, reason: str, *, preempted: bool) -> None:
         if run.final is not None or run.notice is not None:
@@ -279,6 +277,12 @@ class SimBackend:
     def _exit(self, run: _Run) -> None:
         state = RunState.PREEMPTED if run.preempted else RunState.STOPPED
         run.final = Status(state, 75, run.notice or "", run.started_at, self.kernel.now)
+        self._ended(run)
+
+    def _ended(self, run: _Run) -> None:
+        """Give the attempt's instances back to its offering's capacity."""
+        oid = run.request.offering.id
+        self._in_use[oid] = self._in_use.get(oid, 0) - run.request.instances
         self.on_change()
 
     def _cancel_pending(self, run: _Run) -> None:

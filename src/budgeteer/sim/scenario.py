@@ -126,12 +126,15 @@ class Severity(_Strict):
 
 
 class DriftSpec(JobShape):
-    """Drift-triggered retrains of a model: Poisson arrivals, severity → tier and SLA."""
+    """Drift-triggered retrains of a model: Poisson arrivals, severity → tier and SLA; only
+    between ``from_day`` and ``to_day`` when given (a storm)."""
 
     model: Name
     team: Name
     per_day: Positive
     severity: Severity = Field(default_factory=Severity)
+    from_day: Annotated[float, Field(ge=0)] = 0.0
+    to_day: Positive | None = None
 
 
 class Experiments(_Strict):
@@ -254,7 +257,9 @@ def build(scenario: Scenario, seed: int | None = None) -> Built:
     for d in scenario.workload.drift:
         sev = d.severity
         weights = np.array([sev.critical, sev.major, sev.minor])
-        for at in _poisson(rng, d.per_day, scenario.start, end):
+        lo_at = scenario.start + timedelta(days=d.from_day)
+        hi_at = min(end, scenario.start + timedelta(days=d.to_day)) if d.to_day else end
+        for at in _poisson(rng, d.per_day, lo_at, hi_at):
             kind = ("critical", "major", "minor")[int(rng.choice(3, p=weights / weights.sum()))]
             tier, sla = SEVERITY[kind]
             maker.add(at, f"{d.model}-drift-{kind}", d.team, tier, sla, d)
