@@ -131,6 +131,7 @@ class Scheduler:
         self._book_entries = 0  # ledger entries folded into the book
         self._teams: dict[str, tuple[str, str | None]] = {}
         self._store_done: dict[str, tuple[int, float]] = {}  # job → (last report id, share done)
+        self._history_memo: dict[str, tuple[int, bool, int | None]] = {}  # job → (attempts, …)
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
@@ -407,6 +408,9 @@ class Scheduler:
         # one query for every attempt, not one per pending job: the queue can be long
         stored = self.store.jobs()
         pending = {j.id for j in stored if j.state.is_pending}
+        # finished jobs matter only to the jobs that depend on them
+        upstream = {d.job for j in stored if j.id in pending for d in j.depends_on}
+        stored = [j for j in stored if not j.state.is_terminal or j.id in upstream]
         history: dict[str, list[Attempt]] = {}
         for a in self.store.attempts():
             if a.job_id in pending:
@@ -454,6 +458,9 @@ class Scheduler:
                 self._book.set_boundaries(budgets, now)
                 ledger = self.store.ledger()
                 for e in ledger:
+                    if e.job_id not in self._teams:  # finished before this process saw it
+                        job = self.store.job(e.job_id)
+                        self._teams[job.id] = (job.team, job.project)
                     team, project = self._teams[e.job_id]
                     self._book.add(team, project, e.amount_usd, e.end)
                 self._book_entries = len(ledger)
@@ -525,24 +532,35 @@ class Scheduler:
         the workers a scale-up asked for."""
         if not job.state.is_pending or not attempts:
             return job
+        memo = self._history_memo.get(job.id)
+        if memo is None or memo[0] != len(attempts):
+            memo = (len(attempts), *self._history_effects(job, attempts))
+            self._history_memo[job.id] = memo
+        _, no_spot, floor = memo
+        if no_spot:
+            job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+        if floor is not None:
+            res = job.resources
+            job = dataclasses.replace(job, resources=dataclasses.replace(res, min_workers=floor))
+        return job
+
+    def _history_effects(self, job: Job, attempts: Sequence[Attempt]) -> tuple[bool, int | None]:
+        """(spot no longer allowed, at least this many workers) from a job's attempts."""
         reasons = [a.exit_reason or "" for a in attempts]
         stopped = [r.removeprefix(f"{RunState.STOPPED.value}: ") for r in reasons]
         preemptions = sum(r.startswith(RunState.PREEMPTED.value) for r in reasons)
         limit = self.policy.spot_rules_for(job).max_preemptions
-        if any(r.startswith(SWITCH_PREFIX) for r in stopped) or (
+        no_spot = any(r.startswith(SWITCH_PREFIX) for r in stopped) or (
             limit is not None and preemptions >= limit
-        ):
-            job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+        )
         scaled = [
             a.workers * 2
             for a, r in zip(attempts, stopped, strict=True)
             if r.startswith(SCALE_PREFIX)
         ]
-        if scaled:
-            res = job.resources
-            floor = min(res.max_workers, max(res.min_workers, *scaled))
-            job = dataclasses.replace(job, resources=dataclasses.replace(res, min_workers=floor))
-        return job
+        res = job.resources
+        floor = min(res.max_workers, max(res.min_workers, *scaled)) if scaled else None
+        return no_spot, floor
 
     # -- 4. apply ---------------------------------------------------------------------------
     def _apply(self, plan: Plan, report: CycleReport) -> None:
