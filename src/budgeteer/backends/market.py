@@ -151,3 +151,20 @@ class RateMarket:
     def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
         """See :class:`SandboxMarket`: one price throughout."""
         return _one_segment(offering, start, end)
+
+
+class MarketPrices:
+    """The pricing half of the ``ComputeBackend`` port for backends that bill at a
+    :class:`SandboxMarket`'s prices (the sandbox and the simulator)."""
+
+    market: SandboxMarket
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.price(offering, at)
+
+    def price_segments(
+        self, offering: Offering, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime, Decimal, str]]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return self.market.segments(offering, start, end)

@@ -29,7 +29,6 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 
 from budgeteer.backends.base import (
@@ -41,9 +40,9 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
-from budgeteer.backends.market import SandboxMarket
+from budgeteer.backends.market import MarketPrices, SandboxMarket
 from budgeteer.clock import Clock
-from budgeteer.domain.offering import Market, Offering
+from budgeteer.domain.offering import Market
 
 
 @dataclass
@@ -62,7 +61,7 @@ class _Attempt:
     log_path: Path = field(default_factory=Path)
 
 
-class SandboxBackend:
+class SandboxBackend(MarketPrices):
     """Local processes on a simulated market (see the module docstring)."""
 
     name = "sandbox"
@@ -162,16 +161,6 @@ class SandboxBackend:
             if attempt.final is None and attempt.notice_at is None:
                 self._notify(attempt, reason, preempted=False)
             self._advance()
-
-    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
-        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
-        return self.market.price(offering, at)
-
-    def price_segments(
-        self, offering: Offering, start: datetime, end: datetime
-    ) -> list[tuple[datetime, datetime, Decimal, str]]:
-        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
-        return self.market.segments(offering, start, end)
 
     def poll(self) -> None:
         """Advance every attempt (start, notice, kill, reap)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 import numpy as np
 
@@ -34,7 +33,7 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
-from budgeteer.backends.market import SandboxMarket
+from budgeteer.backends.market import MarketPrices, SandboxMarket
 from budgeteer.core.policy import Policy
 from budgeteer.core.runtime import scaling_efficiency
 from budgeteer.domain.job import Job
@@ -65,7 +64,7 @@ class _Run:
     events: tuple[Event, ...] = ()
 
 
-class SimBackend:
+class SimBackend(MarketPrices):
     """A :class:`~budgeteer.backends.base.ComputeBackend` on simulated time (see the module
     docstring). ``job_of`` returns the job an attempt belongs to (its work and resources)."""
 
@@ -149,16 +148,6 @@ class SimBackend:
         run = self._runs[handle.id]
         if run.final is None and run.notice is None:
             self._notify(run, reason, preempted=False)
-
-    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
-        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
-        return self.market.price(offering, at)
-
-    def price_segments(
-        self, offering: Offering, start: datetime, end: datetime
-    ) -> list[tuple[datetime, datetime, Decimal, str]]:
-        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
-        return self.market.segments(offering, start, end)
 
     # -- the simulation -------------------------------------------------------------------
     def done(self, job_id: str) -> float:
