@@ -274,6 +274,10 @@ def test_budgets_and_their_status(world: World) -> None:
     status = world.http.get("/v1/budgets/growth-monthly/status", headers=g).json()
     assert status["accrued_usd"] == "2.500000"
     assert status["burn_down"][-1]["accrued_usd"] == "2.500000"
+    # a finished job's spend stays in the budget and its burn-down
+    world.http.post(f"/v1/jobs/{job['id']}/cancel", headers=g)
+    status = world.http.get("/v1/budgets/growth-monthly/status", headers=g).json()
+    assert (status["accrued_usd"], status["burn_down"][-1]["accrued_usd"]) == ("2.500000",) * 2
 
 
 def test_offerings_filter(world: World) -> None:

@@ -23,7 +23,7 @@ log = logging.getLogger("budgeteer.api")
 
 
 class _TooLarge(Exception):
-    pass
+    """Raised inside the app when the streamed body passes the limit (caught by BodyLimit)."""
 
 
 class BodyLimit:

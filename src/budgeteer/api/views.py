@@ -184,7 +184,7 @@ def budget_status(ctx: ApiContext, budget_id: str, spec: dict[str, Any]) -> dict
     budget = next(b for b in snapshot.budgets if b.id == budget_id)
     proj = next(p for p in plan.budgets if p.budget_id == budget_id)
     start, end = proj.period_start, proj.period_end
-    teams = {j.id: j for j in snapshot.jobs}
+    teams = {j.id: j for j in ctx.store.jobs()}  # finished jobs' spend counts too
     covered = [
         e
         for e in ctx.store.ledger()

@@ -193,7 +193,8 @@ def start(port: int | None, workdir: Path | None = None) -> DemoRun:
             if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
                 return DemoRun(work, url, admin, process)
         except httpx.TransportError:
-            pass
+            time.sleep(0.1)  # not listening yet
+            continue
         time.sleep(0.1)
     process.terminate()
     raise RuntimeError(f"the server did not answer on {url}; see {work / 'serve.log'}")
