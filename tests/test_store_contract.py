@@ -306,3 +306,14 @@ def test_progress_reports_are_appended_in_order(store: Store) -> None:
     assert [r.id for r in store.progress("a", after_id=one)] == [two]
     with pytest.raises(UnknownJob):
         store.add_progress("nope", {"step": 1}, at=NOW)
+
+
+def test_attempts_of_some_jobs_in_one_call(store: Store) -> None:
+    store.submit([make_job("a"), make_job("b", seq=1), make_job("c", seq=2)], at=NOW)
+    for job_id in ("a", "b", "a", "c"):
+        store.start_attempt(
+            job_id, backend="sandbox", offering_id="o", market="spot", instance_ids=[], at=NOW
+        )
+    got = store.attempts_of({"a", "c", "nope"})
+    assert [(x.job_id, x.number) for x in got] == [("a", 1), ("a", 2), ("c", 1)]
+    assert store.attempts_of(set()) == []

@@ -405,16 +405,14 @@ class Scheduler:
     # -- 2. snapshot ------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """The frozen world the next plan would see (also read by the API's ``explain``)."""
-        # one query for every attempt, not one per pending job: the queue can be long
         stored = self.store.jobs()
         pending = {j.id for j in stored if j.state.is_pending}
         # finished jobs matter only to the jobs that depend on them
         upstream = {d.job for j in stored if j.id in pending for d in j.depends_on}
         stored = [j for j in stored if not j.state.is_terminal or j.id in upstream]
         history: dict[str, list[Attempt]] = {}
-        for a in self.store.attempts():
-            if a.job_id in pending:
-                history.setdefault(a.job_id, []).append(a)
+        for a in self.store.attempts_of(pending):  # one query, only the pending jobs' attempts
+            history.setdefault(a.job_id, []).append(a)
         jobs = [
             self._remaining(self._with_runtime_history(job, history[job.id]))
             if job.id in history

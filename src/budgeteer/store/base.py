@@ -16,7 +16,7 @@ Contract (every implementation passes ``tests/test_store_contract.py``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -202,6 +202,10 @@ class Store(Protocol):
 
     def attempts(self, job_id: str | None = None) -> list[Attempt]:
         """The job's attempts in order (all jobs' attempts, by id, when ``job_id`` is None)."""
+        ...
+
+    def attempts_of(self, job_ids: Collection[str]) -> list[Attempt]:
+        """The attempts of these jobs (one query however many), by id."""
         ...
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -182,6 +182,12 @@ class MemoryStore:
             if job_id is None:
                 return list(self._attempts)
             return [self._attempts[i - 1] for i in self._attempts_of.get(job_id, ())]
+
+    def attempts_of(self, job_ids: Collection[str]) -> list[Attempt]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            ids = sorted(i for j in set(job_ids) for i in self._attempts_of.get(j, ()))
+            return [self._attempts[i - 1] for i in ids]
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""

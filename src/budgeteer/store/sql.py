@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -383,6 +383,18 @@ class SqlStore:
             query = query.where(t.attempts.c.job_id == job_id).order_by(t.attempts.c.number)
         with self.engine.connect() as conn:
             return [_attempt(r) for r in conn.execute(query)]
+
+    def attempts_of(self, job_ids: Collection[str]) -> list[Attempt]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return []
+        out: list[Attempt] = []
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):  # bounded IN lists
+                query = sa.select(t.attempts).where(t.attempts.c.job_id.in_(wanted[i : i + 500]))
+                out += [_attempt(r) for r in conn.execute(query)]
+        return sorted(out, key=lambda a: a.id)
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""
