@@ -255,8 +255,21 @@ def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[st
     for job in jobs:
         shapes[_shape_key(job)].append(job)
     out: dict[str, Candidates] = {}
-    for key, members in shapes.items():
-        configs = _configs(snapshot, key, members[0], policy)
+    for key, shaped in shapes.items():
+        configs = _configs(snapshot, key, shaped[0], policy)
+        late = [j for j in shaped if j.deadline is not None and j.deadline <= snapshot.now]
+        for job in late:  # no plan can help any more: say so without pricing every placement
+            assert job.deadline is not None
+            out[job.id] = Candidates(
+                job,
+                _empty_front(configs, Variant.FULL),
+                None,
+                f"deadline {job.deadline:%Y-%m-%d %H:%M} UTC has passed",
+                (("deadline", job.deadline.isoformat()),),
+            )
+        members = [j for j in shaped if j.id not in out]
+        if not members:
+            continue
         if len(configs) == 0:
             for job in members:
                 out[job.id] = Candidates(
