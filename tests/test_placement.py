@@ -27,7 +27,7 @@ def test_faster_dearer_offering_only_when_the_deadline_needs_it(
 
 def test_infeasible_deadline_is_explained_with_numbers() -> None:
     job = make_job(hours=30, deadline_hours=4)
-    plan = plan_cycle(make_snapshot([job], [SLOW_CHEAP, FAST_DEAR]))
+    plan = plan_cycle(make_snapshot([job], [SLOW_CHEAP, FAST_DEAR]), Policy(run_late_jobs=False))
     hold = plan.holds[0]
     assert hold.reason is HoldReason.INFEASIBLE
     assert hold.message == (

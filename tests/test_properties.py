@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Sequence
+from datetime import datetime
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -133,10 +134,14 @@ def contended_snapshots(draw: st.DrawFn) -> Snapshot:
     return make_snapshot(team_jobs, offers, budgets, [spent("a", str(draw(st.integers(0, 150))))])
 
 
-def cheapest_feasible(job: Job, snap: Snapshot, hours: float) -> float:
-    """Independent scalar recomputation of the cheapest placement that meets deadline and cap."""
+def cheapest_feasible(
+    job: Job, snap: Snapshot, hours: float, deadline: datetime | None = None
+) -> float:
+    """Independent scalar recomputation of the cheapest placement that meets deadline (the
+    job's unless given) and cap."""
     throughput = dict(snap.throughput)
-    horizon = (job.deadline - NOW).total_seconds() / 3600 if job.deadline else math.inf
+    deadline = deadline or job.deadline
+    horizon = (deadline - NOW).total_seconds() / 3600 if deadline else math.inf
     cap = job.budget_usd if job.budget_usd is not None else math.inf
     c, r = job.checkpoint_interval_seconds / 3600, job.restart_overhead_seconds / 3600
     k = job.resources.gpus_per_worker
@@ -198,7 +203,13 @@ def test_admitted_jobs_get_the_cheapest_plan_that_meets_deadline_and_cap(snap: S
             else job.incremental_reference_hours
         )
         assert hours is not None
-        expected = cheapest_feasible(job, snap, hours)
+        if a.late is not None:
+            # planned late only when no plan of either variant meets the deadline; then the
+            # cheapest that meets the fresh one
+            assert a.due is not None
+            for h in (job.work.reference_hours, job.incremental_reference_hours):
+                assert h is None or cheapest_feasible(job, snap, h) == math.inf
+        expected = cheapest_feasible(job, snap, hours, a.due)
         assert math.isclose(a.placement.expected_cost_usd, expected, rel_tol=1e-9), a.job_id
 
 

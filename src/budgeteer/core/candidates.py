@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from budgeteer.core.placements import Configs, IntArray, OfferingTable, build_co
 from budgeteer.core.policy import Policy
 from budgeteer.core.runtime import FloatArray, evaluate, preemption_moments
 from budgeteer.core.snapshot import Snapshot
-from budgeteer.domain.job import Job
+from budgeteer.domain.job import DeadlineMiss, Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,9 @@ class Candidates:
     incremental: Front | None
     infeasible: str | None = None
     details: tuple[tuple[str, str], ...] = ()
+    late: str | None = None  # planned late: why, and the finish it is planned for
+    due: datetime | None = None  # the fresh deadline a late job is planned for
+    expired: bool = False  # the deadline passed and the job asked to be cancelled then
 
     @property
     def cheapest_usd(self) -> float:
@@ -132,12 +136,14 @@ def _front(
     throughput: dict[str, float],
     policy: Policy,
     variant: Variant,
+    due: Mapping[str, datetime],
 ) -> tuple[list[Front], FloatArray, IntArray, FloatArray]:
     """Each job's front; also its fastest finish, the placement giving it, and its cheapest
     deadline-meeting cost (to explain infeasibility)."""
     now = snapshot.now
+    deadlines = [due.get(j.id, j.deadline) for j in jobs]
     horizon = np.array(
-        [[(j.deadline - now).total_seconds() / 3600.0 if j.deadline else math.inf] for j in jobs]
+        [[(d - now).total_seconds() / 3600.0 if d is not None else math.inf] for d in deadlines]
     )
     cap = np.array([[j.budget_usd if j.budget_usd is not None else math.inf] for j in jobs])
     egress = _egress_matrix(snapshot, jobs, configs)
@@ -249,23 +255,89 @@ def _configs(snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Poli
 
 
 def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[str, Candidates]:
-    """Candidates for every job in ``jobs`` (by job id), fronts cheapest first."""
+    """Candidates for every job in ``jobs`` (by job id), fronts cheapest first.
+
+    A job that can no longer meet its deadline is not held for ever. With ``on_deadline_miss:
+    run`` (and ``Policy.run_late_jobs``) it is planned *late*, against a fresh deadline: a job
+    whose deadline has passed gets its original window again from now (deadline − submission,
+    at least an hour); a job no plan can finish in time gets the fastest plan's time plus
+    ``Policy.late_slack_fraction``. Its candidates say so (``late``); the metrics still count
+    the original deadline as missed. With ``on_deadline_miss: cancel`` a passed deadline marks
+    the job ``expired`` (the loop cancels it).
+    """
+    now = snapshot.now
+    run_late = policy.run_late_jobs
+    due: dict[str, datetime] = {}  # the deadline each late job is planned for
+    late: dict[str, str] = {}
+    for job in jobs:
+        if (
+            run_late
+            and job.deadline is not None
+            and job.deadline <= now
+            and job.on_deadline_miss is DeadlineMiss.RUN
+        ):
+            due[job.id] = now + max(job.deadline - job.submitted_at, _MIN_LATE_WINDOW)
+            late[job.id] = (
+                f"late: the deadline {job.deadline:%Y-%m-%d %H:%M} UTC has passed; planned to "
+                f"finish by {due[job.id]:%Y-%m-%d %H:%M} UTC"
+            )
+    out, fastest = _nominate(snapshot, jobs, policy, due, late)
+    again: list[Job] = []
+    for job in jobs if run_late else ():
+        c = out[job.id]
+        deadline = due.get(job.id, job.deadline)
+        if c.infeasible is None or deadline is None or job.on_deadline_miss is DeadlineMiss.CANCEL:
+            continue
+        hours = fastest.get(job.id, math.inf)
+        if math.isfinite(hours) and now + timedelta(hours=hours) > deadline:
+            due[job.id] = now + timedelta(hours=hours * (1.0 + policy.late_slack_fraction))
+            late[job.id] = (
+                f"late: no plan meets the deadline {job.deadline:%Y-%m-%d %H:%M} UTC (the "
+                f"fastest finishes in {hours:.1f} h); planned to finish by "
+                f"{due[job.id]:%Y-%m-%d %H:%M} UTC"
+            )
+            again.append(job)
+    if again:
+        out.update(_nominate(snapshot, again, policy, due, late)[0])
+    return out
+
+
+#: The shortest fresh window a late job is planned for.
+_MIN_LATE_WINDOW = timedelta(hours=1)
+
+
+def _nominate(
+    snapshot: Snapshot,
+    jobs: Sequence[Job],
+    policy: Policy,
+    due: Mapping[str, datetime],
+    late: Mapping[str, str],
+) -> tuple[dict[str, Candidates], dict[str, float]]:
+    """Candidates per job and each job's fastest finish in hours (``inf`` when unknown);
+    ``due`` overrides the deadlines of the jobs planned ``late``."""
     throughput = dict(snapshot.throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
     for job in jobs:
         shapes[_shape_key(job)].append(job)
     out: dict[str, Candidates] = {}
+    fastest_of: dict[str, float] = {}
     for key, shaped in shapes.items():
         configs = _configs(snapshot, key, shaped[0], policy)
-        late = [j for j in shaped if j.deadline is not None and j.deadline <= snapshot.now]
-        for job in late:  # no plan can help any more: say so without pricing every placement
+        passed = [
+            j
+            for j in shaped
+            if j.id not in due and j.deadline is not None and j.deadline <= snapshot.now
+        ]
+        for job in passed:  # no plan can help any more: say so without pricing every placement
             assert job.deadline is not None
+            expired = job.on_deadline_miss is DeadlineMiss.CANCEL
             out[job.id] = Candidates(
                 job,
                 _empty_front(configs, Variant.FULL),
                 None,
                 f"deadline {job.deadline:%Y-%m-%d %H:%M} UTC has passed",
                 (("deadline", job.deadline.isoformat()),),
+                expired=expired,
             )
         members = [j for j in shaped if j.id not in out]
         if not members:
@@ -277,30 +349,37 @@ def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[st
                 )
             continue
         full, fastest, fastest_col, cheapest = _front(
-            snapshot, members, configs, throughput, policy, Variant.FULL
+            snapshot, members, configs, throughput, policy, Variant.FULL, due
         )
         incr_jobs = [j for j in members if j.incremental_reference_hours is not None]
-        incr: dict[str, Front] = {}
+        incr: dict[str, tuple[Front, float]] = {}
         if incr_jobs:
-            fronts, _, _, _ = _front(
-                snapshot, incr_jobs, configs, throughput, policy, Variant.INCREMENTAL
+            fronts, incr_fastest, _, _ = _front(
+                snapshot, incr_jobs, configs, throughput, policy, Variant.INCREMENTAL, due
             )
-            incr = {j.id: f for j, f in zip(incr_jobs, fronts, strict=True)}
+            incr = {
+                j.id: (f, float(h))
+                for j, f, h in zip(incr_jobs, fronts, incr_fastest.tolist(), strict=True)
+            }
         for row, job in enumerate(members):
-            inc = incr.get(job.id)
+            inc, inc_fastest = incr.get(job.id, (None, math.inf))
+            fastest_of[job.id] = min(float(fastest[row]), inc_fastest)
             message: str | None = None
             details: tuple[tuple[str, str], ...] = ()
             if full[row].size == 0 and (inc is None or inc.size == 0):
                 message, details = _infeasible_message(
                     snapshot,
                     job,
+                    due.get(job.id, job.deadline),
                     configs,
                     float(fastest[row]),
                     int(fastest_col[row]),
                     float(cheapest[row]),
                 )
-            out[job.id] = Candidates(job, full[row], inc, message, details)
-    return out
+            out[job.id] = Candidates(
+                job, full[row], inc, message, details, late.get(job.id), due.get(job.id)
+            )
+    return out, fastest_of
 
 
 def _no_offering_message(job: Job) -> str:
@@ -316,12 +395,13 @@ def _no_offering_message(job: Job) -> str:
 def _infeasible_message(
     snapshot: Snapshot,
     job: Job,
+    deadline: datetime | None,
     configs: Configs,
     fastest_h: float,
     best: int,
     cheapest_usd: float,
 ) -> tuple[str, tuple[tuple[str, str], ...]]:
-    horizon = (job.deadline - snapshot.now).total_seconds() / 3600.0 if job.deadline else math.inf
+    horizon = (deadline - snapshot.now).total_seconds() / 3600.0 if deadline else math.inf
     if not math.isfinite(fastest_h):
         return "every matching spot plan is too unreliable and no other market fits", ()
     if fastest_h > horizon:

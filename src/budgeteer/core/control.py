@@ -96,9 +96,11 @@ def runtime_action(run: Running, now: datetime, policy: Policy) -> RuntimeAction
 
 
 def _late(run: Running, policy: Policy) -> str | None:
-    """Why the job is behind schedule, or ``None`` when it is not (or has no deadline)."""
+    """Why the job is behind schedule, or ``None`` when it is not (or has no deadline, or was
+    started after its deadline had passed: it runs late at best effort, and leaving spot would
+    only cost more)."""
     deadline = run.job.deadline
-    if deadline is None:
+    if deadline is None or deadline <= run.started_at:
         return None
     margin = (deadline - run.job.submitted_at) * policy.deadline_margin_fraction
     if not behind_schedule(run.samples, deadline, margin):

@@ -1,7 +1,9 @@
 """``plan_cycle``: the scheduling cycle as one short, numbered pipeline of pure steps.
 
 1. ready     — dependencies (``ready.py``): waiting jobs park, impossible ones fail;
-2. nominate  — each ready job's cost/time Pareto front (``candidates.py``);
+2. nominate  — each ready job's cost/time Pareto front (``candidates.py``); a job that can no
+   longer meet its deadline is planned late against a fresh one, or expires
+   (``on_deadline_miss: cancel``);
 3. order     — tier, fair share on money, slack, age, sequence (``order.py``);
 4. admit     — budgets per tier, cheaper plans before holds (``admit.py``);
 5. place     — joint choice under capacity and budgets, MILP or greedy (``place.py``);
@@ -13,15 +15,17 @@ Nothing here reads a clock, touches I/O or mutates the snapshot.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import timedelta
 from decimal import Decimal
 
 from budgeteer.core.admit import Admitted, BudgetTally, admit, apply_quotas, budget_tallies
-from budgeteer.core.candidates import nominate
+from budgeteer.core.candidates import Candidates, nominate
 from budgeteer.core.order import order_queue
 from budgeteer.core.outcomes import (
     Admission,
     BudgetProjection,
+    Expiry,
     Hold,
     HoldReason,
     Placement,
@@ -44,8 +48,14 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
     ready = readiness(pending, states)
     # 2. nominate
     candidates = nominate(snapshot, ready.ready, policy)
+    expired = tuple(
+        Expiry(c.job.id, c.infeasible or "deadline passed")
+        for c in candidates.values()
+        if c.expired
+    )
+    plannable = [j for j in ready.ready if not candidates[j.id].expired]
     # 3. order
-    ordered = order_queue(snapshot, ready.ready, candidates, policy)
+    ordered = order_queue(snapshot, plannable, candidates, policy)
     # 4. admit (money, then GPU quotas)
     tallies = budget_tallies(snapshot)
     enforced = tallies if policy.enforce_budgets else {}
@@ -57,7 +67,9 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
         in_use[alloc.offering_id] += alloc.instances
     choices, solver = place(admission.admitted, snapshot.offerings, in_use, enforced, policy)
     # 6. report
-    admissions, capacity_holds = _admissions(snapshot, admission.admitted, choices, tallies)
+    admissions, capacity_holds = _admissions(
+        snapshot, admission.admitted, choices, tallies, candidates
+    )
     waiting = tuple(
         Hold(
             job.id,
@@ -77,6 +89,7 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
         budgets=_projections(tallies, admissions),
         solver=solver,
         order=tuple(j.id for j in ordered.jobs),
+        expired=expired,
     )
 
 
@@ -85,6 +98,7 @@ def _admissions(
     admitted: list[Admitted] | tuple[Admitted, ...],
     choices: list[Choice],
     tallies: dict[str, BudgetTally],
+    candidates: Mapping[str, Candidates],
 ) -> tuple[list[Admission], list[Hold]]:
     admissions: list[Admission] = []
     holds: list[Hold] = []
@@ -108,7 +122,17 @@ def _admissions(
             tallies[b].base_usd + planned[b] > float(tallies[b].budget.limit_usd)
             for b in a.budget_ids
         )
-        admissions.append(Admission(a.job.id, a.job.tier, placement, a.budget_ids, uses_reserve))
+        admissions.append(
+            Admission(
+                a.job.id,
+                a.job.tier,
+                placement,
+                a.budget_ids,
+                uses_reserve,
+                candidates[a.job.id].late,
+                candidates[a.job.id].due,
+            )
+        )
     return admissions, holds
 
 

@@ -6,7 +6,8 @@ committed to, ``S`` its weight share. Like Kueue's admission fair sharing, each 
 team's queue adds its expected cost to the team's usage at once (an entry penalty), so one team
 cannot flood a tier. Since U_total is common, ordering teams by ``U / weight`` is the same as
 ordering by F. Jobs that waited longer than ``Policy.starvation_seconds`` go first in their tier,
-oldest first: ageing bounds starvation.
+oldest first: ageing bounds starvation. Jobs planned late (their deadline can no longer be met)
+go last in their tier, oldest first, so a missed deadline does not cause another.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ def _order_tier(
     factors: dict[str, float],
 ) -> list[Job]:
     now = snapshot.now
+    # late jobs (no longer able to meet their deadline) go after the on-time ones, oldest
+    # first: a missed deadline must not cause another
+    late = sorted((j for j in jobs if candidates[j.id].late), key=lambda j: (j.submitted_at, j.seq))
+    if late:
+        late_ids = {j.id for j in late}
+        jobs = [j for j in jobs if j.id not in late_ids]
     aged = sorted(
         (j for j in jobs if (now - j.submitted_at).total_seconds() >= policy.starvation_seconds),
         key=lambda j: (j.submitted_at, j.seq),
@@ -122,6 +129,6 @@ def _order_tier(
             usage[team] = usage.get(team, 0.0) + cost  # entry penalty
         if queues[team]:
             heapq.heappush(heap, (ratio(team), queues[team][-1][:3], team))
-    for job in aged:
+    for job in (*aged, *late):
         factors.setdefault(job.id, 1.0)
-    return out
+    return out + late

@@ -59,6 +59,8 @@ class Admission:
     placement: Placement
     budget_ids: tuple[str, ...]
     uses_reserve: bool = False
+    late: str | None = None  # planned late (its deadline can no longer be met): why, until when
+    due: datetime | None = None  # the fresh deadline a late job is planned for
 
 
 class HoldReason(StrEnum):
@@ -97,6 +99,15 @@ class Hold:
     wake_on: tuple[WakeOn, ...]
     wake_at: datetime | None = None
     details: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """A job whose deadline passed before it could run, and which asked to be cancelled then
+    (``on_deadline_miss: cancel``)."""
+
+    job_id: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +167,7 @@ class Plan:
     budgets: tuple[BudgetProjection, ...]
     solver: SolverReport
     order: tuple[str, ...] = field(default=())
+    expired: tuple[Expiry, ...] = field(default=())
 
     def admission(self, job_id: str) -> Admission | None:
         """The admission of ``job_id`` in this plan, if any."""

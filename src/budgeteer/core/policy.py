@@ -44,6 +44,11 @@ class Policy:
     plans spot; ``queue_order`` FIFO ignores tiers and fair share; ``enforce_budgets`` False
     admits without looking at money; ``team_gpu_quotas`` (and ``default_team_gpu_quota``) cap the
     GPUs a team holds at once, Kueue-style (held with reason ``quota``).
+
+    ``run_late_jobs``: a job that can no longer meet its deadline (and whose
+    ``on_deadline_miss`` is ``run``) is planned late against a fresh deadline — for one no plan
+    finishes in time, the fastest plan's time plus ``late_slack_fraction`` — and ordered after
+    the on-time jobs of its tier; off, such jobs are held as infeasible.
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -64,6 +69,8 @@ class Policy:
     enforce_budgets: bool = True
     team_gpu_quotas: tuple[tuple[str, int], ...] = ()
     default_team_gpu_quota: int | None = None
+    run_late_jobs: bool = True
+    late_slack_fraction: float = 0.25
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

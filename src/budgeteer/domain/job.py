@@ -64,6 +64,21 @@ _ACTIVE = frozenset(
 )
 
 
+#: Every state a job can still leave: pending or active (not terminal).
+LIVE_STATES = _PENDING | _ACTIVE
+
+
+class DeadlineMiss(StrEnum):
+    """What to do with a job that can no longer meet its deadline (``on_deadline_miss``).
+
+    ``run``: plan it late, flagged, against a fresh window (see :mod:`budgeteer.core.candidates`);
+    ``cancel``: cancel it once the deadline has passed (the result is worthless late).
+    """
+
+    RUN = "run"
+    CANCEL = "cancel"
+
+
 class DependencyCondition(StrEnum):
     """When a dependency is satisfied: Slurm's afterok / afterany / afternotok."""
 
@@ -154,6 +169,8 @@ class Job:
     work, when the job offers one. ``retries`` is how many times a run that fails for its own
     reasons (a non-zero exit, not a preemption) is tried again. ``webhook`` is where to POST its
     terminal state and deadline risk (and the secret that signs the posts), when set.
+    ``on_deadline_miss`` says whether a job that can no longer meet its deadline runs late or is
+    cancelled once the deadline has passed.
     """
 
     id: str
@@ -178,3 +195,4 @@ class Job:
     retries: int = 0
     early_stop: tuple[float, int] | None = None  # (min_delta, patience); off when None
     webhook: Webhook | None = None
+    on_deadline_miss: DeadlineMiss = DeadlineMiss.RUN

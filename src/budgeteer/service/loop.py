@@ -16,8 +16,12 @@ One ``cycle()``:
 On the first cycle after a (re)start, attempts an earlier process launched are re-attached
 through the backend (``adopt``) and billed from where the ledger stops.
 
-A run that fails for its own reasons is tried again up to the job's ``retries`` and a full
-offering is retried, both with exponential backoff (clock time, in this process).
+A run that fails for its own reasons is tried again up to the job's ``retries``, with exponential
+backoff per job. An offering that refuses a launch for capacity (spot gone, its instances in use)
+backs off as a whole: no launch of as many instances or more is sent to it until its backoff
+ends — one probe per offering, however many jobs the plan puts there — and jobs placed on it wait
+queued while the plan, made again each cycle, may move them elsewhere (clock time, in this
+process).
 
 The loop runs every ``interval`` and sooner on events (``wait_for_event``): a submission or a
 state change in the store, an attempt that ends or is preempted, a new progress report.
@@ -65,11 +69,11 @@ from budgeteer.core.control import (
 )
 from budgeteer.core.progress import Sample
 from budgeteer.domain.budget import Budget, SpendRecord
-from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.job import LIVE_STATES, Job, JobState
 from budgeteer.domain.offering import Market
 from budgeteer.service.spendbook import SpendBook
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
-from budgeteer.store.base import Attempt, LedgerEntry, ProgressReport, Store
+from budgeteer.store.base import Attempt, LedgerEntry, ProgressReport, Store, UnknownJob
 
 S = JobState
 #: Why attempts stop when the service shuts down: they checkpoint and resume on the next start.
@@ -132,15 +136,19 @@ class Scheduler:
         self._teams: dict[str, tuple[str, str | None]] = {}
         self._store_done: dict[str, tuple[int, float]] = {}  # job → (last report id, share done)
         self._history_memo: dict[str, tuple[int, bool, int | None]] = {}  # job → (attempts, …)
+        self._planned_memo: dict[str, tuple[tuple[object, ...], Job]] = {}
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
         self._offerings = {o.id: o for o in catalog.offerings}
         self._adopted = False
         self._not_before: dict[str, datetime] = {}  # backoff: no launch before this time
+        # a full offering: no launch of ≥ n instances on it before this time (n, time, misses)
+        self._full: dict[str, tuple[int, datetime, int]] = {}
         self._samples: dict[int, list[Sample]] = {}  # progress seen, per attempt
         self._losses: dict[int, list[float]] = {}
         self._read: dict[int, int] = {}  # bytes of the progress file already read
         self._stopping: set[int] = set()  # attempts asked to stop by runtime control
+        self._paths: dict[str, Path] = {}  # progress file per job
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -149,8 +157,9 @@ class Scheduler:
             self._adopt()
             self._adopted = True
         self._reconcile(report)
-        plan = plan_cycle(self.snapshot(), self.policy)
-        self._apply(plan, report)
+        snapshot = self.snapshot()
+        plan = plan_cycle(snapshot, self.policy)
+        self._apply(plan, report, {j.id: j.state for j in snapshot.jobs})
         report.plan = plan
         return report
 
@@ -193,10 +202,19 @@ class Scheduler:
                 return True
         return False
 
+    def _progress_path(self, job_id: str) -> Path:
+        """The progress file the job's SDK writes in its checkpoint folder."""
+        path = self._paths.get(job_id)
+        if path is None:
+            if len(self._paths) > 10_000:  # a long-lived service: keep the cache bounded
+                self._paths.clear()
+            path = self._paths[job_id] = self.checkpoint_root / job_id / "progress.jsonl"
+        return path
+
     def _progress_marks(self) -> tuple[float, ...]:
         marks = []
         for live in self._live.values():
-            path = self.checkpoint_root / live.attempt.job_id / "progress.jsonl"
+            path = self._progress_path(live.attempt.job_id)
             marks.append(path.stat().st_mtime if path.exists() else 0.0)
             api = self.store.progress(
                 live.attempt.job_id, self._api_read.get(live.attempt.job_id, 0)
@@ -363,7 +381,7 @@ class Scheduler:
         if api:
             self._api_read[job_id] = api[-1].id
             records += [dict(r.record) for r in api if r.at >= live.attempt.started_at]
-        path = self.checkpoint_root / job_id / "progress.jsonl"
+        path = self._progress_path(job_id)
         if not path.exists():
             return records
         with open(path, "rb") as fh:
@@ -405,20 +423,24 @@ class Scheduler:
     # -- 2. snapshot ------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """The frozen world the next plan would see (also read by the API's ``explain``)."""
-        stored = self.store.jobs()
+        stored = self.store.jobs(LIVE_STATES)
         pending = {j.id for j in stored if j.state.is_pending}
         # finished jobs matter only to the jobs that depend on them
-        upstream = {d.job for j in stored if j.id in pending for d in j.depends_on}
-        stored = [j for j in stored if not j.state.is_terminal or j.id in upstream]
+        known = {j.id for j in stored}
+        upstream = {d.job for j in stored if j.id in pending for d in j.depends_on} - known
+        for job_id in sorted(upstream):
+            try:
+                stored.append(self.store.job(job_id))
+            except UnknownJob:
+                continue  # the core fails the dependent job: its upstream is unknown
         history: dict[str, list[Attempt]] = {}
         for a in self.store.attempts_of(pending):  # one query, only the pending jobs' attempts
             history.setdefault(a.job_id, []).append(a)
         jobs = [
-            self._remaining(self._with_runtime_history(job, history[job.id]))
-            if job.id in history
-            else job
-            for job in stored
+            self._as_planned(job, history[job.id]) if job.id in history else job for job in stored
         ]
+        if len(self._planned_memo) > 2 * len(history) + 64:  # forget jobs no longer pending
+            self._planned_memo = {k: v for k, v in self._planned_memo.items() if k in history}
         now = self.clock.now()
         budgets = self.budgets + self._store_budgets()
         running = tuple(
@@ -481,6 +503,18 @@ class Scheduler:
             self._budget_cache = (specs, parsed)
         return self._budget_cache[1]
 
+    def _as_planned(self, job: Job, attempts: Sequence[Attempt]) -> Job:
+        """A pending job as its attempts so far leave it (see :meth:`_with_runtime_history` and
+        :meth:`_remaining`), worked out once per (job state, attempts): a pending job changes
+        only by a transition or a new attempt, and its progress only while an attempt runs."""
+        key = (job.state, len(attempts), job.seq)
+        memo = self._planned_memo.get(job.id)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        planned = self._remaining(self._with_runtime_history(job, attempts))
+        self._planned_memo[job.id] = (key, planned)
+        return planned
+
     def _remaining(self, job: Job) -> Job:
         """A pending job that has checkpointed progress is planned for the work it has left
         (from its last progress report), not for all of it."""
@@ -501,7 +535,7 @@ class Scheduler:
     def _progress_done(self, job_id: str) -> float:
         """Share of the work done by the last progress report (in the job's checkpoint folder
         or sent through the API)."""
-        path = self.checkpoint_root / job_id / "progress.jsonl"
+        path = self._progress_path(job_id)
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         last_id, done_before = self._store_done.get(job_id, (0, 0.0))
         fresh = self.store.progress(job_id, last_id)  # only reports not folded in yet
@@ -561,25 +595,49 @@ class Scheduler:
         return no_spot, floor
 
     # -- 4. apply ---------------------------------------------------------------------------
-    def _apply(self, plan: Plan, report: CycleReport) -> None:
+    def _apply(self, plan: Plan, report: CycleReport, states: Mapping[str, JobState]) -> None:
+        """Carry out ``plan``; ``states`` are the jobs' states in its snapshot (the store's
+        now: nothing moved them since)."""
         now = self.clock.now()
         for failure in plan.dependency_failures:
             self.store.transition(
                 failure.job_id, S.DEPENDENCY_FAILED, at=now, cause=failure.message
             )
+        for expiry in plan.expired:
+            self.store.transition(
+                expiry.job_id,
+                S.CANCELLED,
+                at=now,
+                cause=f"{expiry.message} (on_deadline_miss: cancel)",
+            )
         for hold in plan.holds:
-            job = self.store.job(hold.job_id)
+            state = states[hold.job_id]
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
-            if job.state is S.SUBMITTED or (job.state is S.QUEUED and target is S.HELD):
-                self.store.transition(job.id, target, at=now, cause=hold.message)
+            if state is S.SUBMITTED or (state is S.QUEUED and target is S.HELD):
+                self.store.transition(hold.job_id, target, at=now, cause=hold.message)
         for admission in plan.admissions:
             if self._not_before.get(admission.job_id, now) > now:
-                continue  # backing off after a failure or a full offering
+                continue  # backing off after a failed run
             job = self.store.job(admission.job_id)
+            placement = admission.placement
+            full = self._full.get(placement.offering_id)
+            if full is not None and placement.instances >= full[0] and full[1] > now:
+                # the offering refused as many instances a moment ago: don't ask again before
+                # its backoff ends (one try per offering, not one per job); the plan is made
+                # again next cycle and may go elsewhere as the deadline nears
+                if job.state in _PATH_TO_PROVISIONING and job.state is not S.QUEUED:
+                    cause = (
+                        f"placed on {placement.describe()}, which has no capacity; "
+                        f"retry after {full[1]:%Y-%m-%d %H:%M:%S}"
+                    )
+                    self.store.transition(job.id, S.QUEUED, at=now, cause=cause)
+                continue
             for state in _PATH_TO_PROVISIONING.get(job.state, ()):
-                cause = f"placed on {admission.placement.describe()}"
+                cause = f"placed on {placement.describe()}"
+                if admission.late:
+                    cause += f"; {admission.late}"
                 self.store.transition(job.id, state, at=now, cause=cause)
-            self._launch(job, admission.placement, now, report)
+            self._launch(job, placement, now, report)
 
     def _request(self, job: Job, attempt: Attempt) -> LaunchRequest:
         """What the backend is asked to run (or re-attach to) for this attempt."""
@@ -612,19 +670,20 @@ class Scheduler:
             handle = self.backend.launch(self._request(job, attempt))
         except CapacityUnavailable as exc:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"capacity: {exc}")
-            misses = sum(
-                1
-                for a in self.store.attempts(job.id)
-                if (a.exit_reason or "").startswith("capacity")
-            )
+            previous = self._full.get(offering.id)
+            misses = 1 + (previous[2] if previous is not None else 0)
             delay = min(RETRY_BASE_SECONDS * 2 ** (misses - 1), RETRY_MAX_SECONDS)
-            self._not_before[job.id] = now + timedelta(seconds=delay)
-            self.store.transition(job.id, S.QUEUED, at=now, cause=f"{exc}; retry in {delay:.0f} s")
+            until = now + timedelta(seconds=delay)
+            self._full[offering.id] = (placement.instances, until, misses)
+            self.store.transition(
+                job.id, S.QUEUED, at=now, cause=f"{exc}; offering retried in {delay:.0f} s"
+            )
             return
         except LaunchFailed as exc:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"launch failed: {exc}")
             self.store.transition(job.id, S.FAILED, at=now, cause=str(exc))
             return
+        self._full.pop(offering.id, None)
         self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)
 

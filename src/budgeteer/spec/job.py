@@ -26,6 +26,7 @@ from pydantic import (
 from budgeteer.core.ready import find_cycle
 from budgeteer.domain.job import (
     DataSource,
+    DeadlineMiss,
     Dependency,
     DependencyCondition,
     Job,
@@ -202,6 +203,7 @@ class JobSpec(_Strict):
     )
     retries: Annotated[int, Field(ge=0, le=100)] = 0
     webhook: WebhookSpec | None = None
+    on_deadline_miss: Literal["run", "cancel"] = "run"
 
     @field_validator("sla")
     @classmethod
@@ -330,6 +332,7 @@ def job_from_spec(
         if spec.early_stop
         else None,
         webhook=Webhook(spec.webhook.url, spec.webhook.secret) if spec.webhook else None,
+        on_deadline_miss=DeadlineMiss(spec.on_deadline_miss),
     )
 
 

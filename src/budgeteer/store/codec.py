@@ -7,6 +7,7 @@ from typing import Any
 
 from budgeteer.domain.job import (
     DataSource,
+    DeadlineMiss,
     Dependency,
     DependencyCondition,
     Job,
@@ -61,6 +62,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "retries": job.retries,
         "early_stop": list(job.early_stop) if job.early_stop else None,
         "webhook": {"url": job.webhook.url, "secret": job.webhook.secret} if job.webhook else None,
+        "on_deadline_miss": job.on_deadline_miss.value,
     }
 
 
@@ -110,4 +112,5 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         webhook=Webhook(d["webhook"]["url"], d["webhook"].get("secret"))
         if d.get("webhook")
         else None,
+        on_deadline_miss=DeadlineMiss(d.get("on_deadline_miss", "run")),
     )

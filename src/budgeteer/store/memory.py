@@ -33,6 +33,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
+        self._in_state: dict[JobState, dict[str, None]] = {}  # job ids by state, in order
+        self._position: dict[str, int] = {}  # submission order
         self._events: dict[str, list[JobEvent]] = {}
         self._keys: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._attempts: list[Attempt] = []
@@ -69,6 +71,8 @@ class MemoryStore:
                 check_transition(job.id, None, JobState.SUBMITTED)
             for job in jobs:
                 self._jobs[job.id] = dataclasses.replace(job, state=JobState.SUBMITTED)
+                self._position[job.id] = len(self._position)
+                self._in_state.setdefault(JobState.SUBMITTED, {})[job.id] = None
                 self._events[job.id] = [
                     JobEvent(job.id, 0, at, None, JobState.SUBMITTED, "submitted")
                 ]
@@ -86,9 +90,12 @@ class MemoryStore:
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         """See :class:`~budgeteer.store.base.Store`."""
-        wanted = set(states) if states is not None else None
         with self._lock:
-            return [j for j in self._jobs.values() if wanted is None or j.state in wanted]
+            if states is None:
+                return list(self._jobs.values())
+            ids = [i for s in set(states) for i in self._in_state.get(s, ())]
+            ids.sort(key=self._position.__getitem__)
+            return [self._jobs[i] for i in ids]
 
     def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -100,6 +107,8 @@ class MemoryStore:
             event = JobEvent(job_id, len(self._events[job_id]), at, job.state, to_state, cause)
             self._events[job_id].append(event)
             self._jobs[job_id] = dataclasses.replace(job, state=to_state)
+            del self._in_state[job.state][job_id]
+            self._in_state.setdefault(to_state, {})[job_id] = None
             return event
 
     def events(self, job_id: str) -> list[JobEvent]:
