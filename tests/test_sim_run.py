@@ -11,7 +11,7 @@ import numpy as np
 
 from budgeteer.backends import TraceMarket
 from budgeteer.catalog import Catalog
-from budgeteer.domain.job import Job, SpotSettings
+from budgeteer.domain.job import DeadlineMiss, Job, SpotSettings
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
@@ -152,3 +152,37 @@ def test_a_p0_uses_the_reserve_and_p3_work_waits_for_the_period_reset() -> None:
     started = store.attempts("sweep")[0].started_at
     assert midnight <= started <= midnight + timedelta(minutes=10)  # released at the reset
     assert store.job("sweep").state is S.SUCCEEDED
+
+
+def test_a_job_held_past_its_deadline_runs_late_or_is_cancelled_as_it_asked() -> None:
+    # $10 a month: a P0 takes ~$6 first; P2 work may bring spend to 80% ($8), so both $6 P2
+    # jobs wait for December and their 6 h deadlines pass on the way. The one that runs late
+    # does so after the reset, flagged; the one that asked to be cancelled is cancelled when its
+    # deadline passes.
+    budget = make_budget(limit="10")
+    first = _job("urgent", 1.0, hours=2, spot=False, tier=Tier.P0, deadline_hours=4, seq=0)
+    runs = _job("late-ok", 2.0, hours=2, spot=False, deadline_hours=6, seq=1)
+    stops = dataclasses.replace(
+        _job("late-no", 2.0, hours=2, spot=False, deadline_hours=6, seq=2),
+        on_deadline_miss=DeadlineMiss.CANCEL,
+    )
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in (first, runs, stops)],
+        _catalog(),
+        _market(500, 0),
+        start=T0,
+        end=_at(24),
+        budgets=[budget],
+    )
+    store = run.store
+    assert store.job("urgent").state is S.SUCCEEDED
+    assert store.job("late-ok").state is S.SUCCEEDED
+    [attempt] = store.attempts("late-ok")
+    assert attempt.started_at >= datetime(2026, 12, 1, tzinfo=UTC)  # after the reset
+    placed = [e for e in store.events("late-ok") if e.cause.startswith("placed on")]
+    assert "late: the deadline 2026-11-30 20:00 UTC has passed" in placed[0].cause
+    assert store.job("late-no").state is S.CANCELLED
+    assert not store.attempts("late-no")
+    cancelled = store.events("late-no")[-1]
+    assert _at(8) <= cancelled.at <= _at(8) + timedelta(minutes=10)
+    assert cancelled.cause.endswith("(on_deadline_miss: cancel)")

@@ -113,6 +113,7 @@ BASE: dict[str, Any] = {"name": "a", "team": "t", "work": {"reference_hours": 1}
         ({"name": "bad name!"}, "name", "pattern"),
         ({"data": {"location": "us-east-1", "size_gb": 1}}, "data.location", "pattern"),
         ({"depends_on": [{"job": "x", "on": "maybe"}]}, "depends_on[0].on", "'success'"),
+        ({"on_deadline_miss": "retry"}, "on_deadline_miss", "'run' or 'cancel'"),
         (
             {"strategy": {"full_reference_hours": 2, "incremental_reference_hours": 3}},
             "strategy",

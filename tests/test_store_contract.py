@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budgeteer.domain.job import JobState as S
-from budgeteer.domain.job import Webhook
+from budgeteer.domain.job import DeadlineMiss, Webhook
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
 from budgeteer.domain.tier import Tier
 from budgeteer.store import (
@@ -41,13 +41,22 @@ def test_submitted_jobs_round_trip(store: Store) -> None:
         accelerators=("A100", "H100"),
         workers=(1, 4),
     )
-    job = dataclasses.replace(job, webhook=Webhook("https://hooks.example.com/j", "s3cret-key"))
+    job = dataclasses.replace(
+        job,
+        webhook=Webhook("https://hooks.example.com/j", "s3cret-key"),
+        on_deadline_miss=DeadlineMiss.CANCEL,
+    )
     parent = make_job("features", seq=0)
     result = store.submit([parent, job], at=NOW)
     assert result.job_ids == ("features", "churn")
     assert not result.replayed
     assert store.job("churn") == dataclasses.replace(job, state=S.SUBMITTED)
     assert [j.id for j in store.jobs()] == ["features", "churn"]
+    assert [j.id for j in store.jobs([S.SUBMITTED])] == ["features", "churn"]
+    store.transition("features", S.QUEUED, at=NOW, cause="test")
+    assert [j.id for j in store.jobs([S.QUEUED])] == ["features"]
+    assert [j.id for j in store.jobs([S.QUEUED, S.SUBMITTED])] == ["features", "churn"]
+    assert [j.id for j in store.jobs([S.SUBMITTED])] == ["churn"]
     assert [e.to_state for e in store.events("churn")] == [S.SUBMITTED]
 
 

@@ -37,9 +37,13 @@ class BudgetTally:
     tiers: set[Tier] = field(default_factory=set)
     allowance: dict[Tier, float] = field(default_factory=dict)
     base_usd: float = 0.0  # accrued plus committed: spend the plan cannot change
+    exact_allowance: dict[Tier, Decimal] = field(default_factory=dict)  # for messages
+    share: dict[Tier, Decimal] = field(default_factory=dict)  # each tier's threshold
 
     def __post_init__(self) -> None:
-        self.allowance = {t: float(self.budget.allowance_usd(t)) for t in Tier}
+        self.exact_allowance = {t: self.budget.allowance_usd(t) for t in Tier}
+        self.share = {t: self.budget.threshold(t) for t in Tier}
+        self.allowance = {t: float(a) for t, a in self.exact_allowance.items()}
         self.base_usd = float(self.accrued_usd) + self.committed_usd
 
     def room_usd(self, tier: Tier) -> float:
@@ -116,25 +120,23 @@ def admit(
         if key not in covering_of:
             covering_of[key] = [t for t in tallies.values() if t.budget.covers(job)]
         covering = covering_of[key]
+        tier = job.tier
+        rooms = [t.room_usd(tier) + 1e-9 for t in covering]
         options = [f for f in (cands.full, cands.incremental) if f is not None and f.size]
         chosen = next(
-            (
-                f
-                for f in options
-                if all(float(f.cost_usd[0]) <= t.room_usd(job.tier) + 1e-9 for t in covering)
-            ),
+            (f for f in options if all(float(f.cost_usd[0]) <= r for r in rooms)),
             None,
         )
         if chosen is None:
-            hold = _budget_hold(job, options, covering)
+            hold, blocking = _budget_hold(job, options, covering, rooms)
             holds.append(hold)
-            for t in covering:
-                t.held += t.budget.id in hold_budgets(hold)
+            for t in blocking:
+                t.held += 1
             continue
         cost = float(chosen.cost_usd[0])
         for t in covering:
             t.planned_usd += cost
-            t.tiers.add(job.tier)
+            t.tiers.add(tier)
         admitted.append(Admitted(job, chosen, cost, tuple(t.budget.id for t in covering)))
     return AdmissionPass(tuple(admitted), tuple(holds))
 
@@ -183,22 +185,27 @@ def hold_budgets(hold: Hold) -> tuple[str, ...]:
     return tuple(v for k, v in hold.details if k == "blocking_budget")
 
 
-def _budget_hold(job: Job, options: Sequence[Front], covering: Sequence[BudgetTally]) -> Hold:
+def _budget_hold(
+    job: Job, options: Sequence[Front], covering: Sequence[BudgetTally], rooms: Sequence[float]
+) -> tuple[Hold, list[BudgetTally]]:
+    """The hold of a job no budget room fits (``rooms``: each covering budget's room for its
+    tier, with the tolerance), and the budgets that block it."""
     cheapest = min(options, key=lambda f: float(f.cost_usd[0]))
     cost = float(cheapest.cost_usd[0])
-    blocking = [t for t in covering if cost > t.room_usd(job.tier) + 1e-9]
-    tight = min(blocking, key=lambda t: t.room_usd(job.tier) - cost)
-    allowance = tight.budget.allowance_usd(job.tier)
-    share = tight.budget.threshold(job.tier)
+    blocking = [t for t, room in zip(covering, rooms, strict=True) if cost > room]
+    tier = job.tier
+    tight = min(blocking, key=lambda t: t.room_usd(tier) - cost)
+    allowance = tight.exact_allowance[tier]
+    share = tight.share[tier]
     projected = tight.base_usd + tight.planned_usd
     message = (
-        f"{job.tier.name} may bring budget {tight.budget.id} to ${allowance:,.2f} "
+        f"{tier.name} may bring budget {tight.budget.id} to ${allowance:,.2f} "
         f"({share:.0%} of ${tight.budget.limit_usd:,.2f}); projected ${projected:,.2f} + "
         f"cheapest plan ${cost:,.2f} ({cheapest.variant.value}) = ${projected + cost:,.2f}"
     )
-    return Hold(
+    hold = Hold(
         job.id,
-        job.tier,
+        tier,
         HoldReason.BUDGET,
         message,
         (WakeOn.BUDGET_PERIOD_RESET, WakeOn.PRICE_DROP, WakeOn.BUDGET_CHANGED),
@@ -212,3 +219,4 @@ def _budget_hold(job: Job, options: Sequence[Front], covering: Sequence[BudgetTa
             ("cheapest_variant", cheapest.variant.value),
         ),
     )
+    return hold, blocking

@@ -137,9 +137,10 @@ def _front(
     policy: Policy,
     variant: Variant,
     due: Mapping[str, datetime],
-) -> tuple[list[Front], FloatArray, IntArray, FloatArray]:
-    """Each job's front; also its fastest finish, the placement giving it, and its cheapest
-    deadline-meeting cost (to explain infeasibility)."""
+) -> tuple[list[Front], FloatArray, IntArray, FloatArray, FloatArray]:
+    """Each job's front; also its fastest finish, the placement giving it, its cheapest
+    deadline-meeting cost (to explain infeasibility) and its slowest reliable finish (a
+    deadline at least that far away rules nothing out)."""
     now = snapshot.now
     deadlines = [due.get(j.id, j.deadline) for j in jobs]
     horizon = np.array(
@@ -170,6 +171,7 @@ def _front(
     reliable_finish = np.where(reliable, finish, math.inf)
     fastest = reliable_finish.min(axis=1, initial=math.inf)
     fastest_col = reliable_finish.argmin(axis=1)
+    slowest = np.where(reliable, finish, 0.0).max(axis=1, initial=0.0)
     cheapest_on_time = np.where(on_time, cost, math.inf).min(axis=1, initial=math.inf)
 
     masked = np.where(feasible, cost, math.inf)
@@ -218,12 +220,91 @@ def _front(
         )
         for r in range(len(jobs))
     ]
-    return fronts, fastest, fastest_col, cheapest_on_time
+    return fronts, fastest, fastest_col, cheapest_on_time, slowest
 
 
 def _empty_front(configs: Configs, variant: Variant) -> Front:
     z = np.zeros(0)
     return Front(configs, variant, np.zeros(0, dtype=np.int64), z, z, z, z, z, z, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    """One job's front for one variant with the numbers that explain an empty one."""
+
+    front: Front
+    fastest: float
+    fastest_col: int
+    cheapest: float
+
+
+#: Priced fronts per (placements, variant, policy, the job's work and limits), reused across
+#: cycles while the job's deadline is at least its slowest reliable finish away — then no
+#: placement is ruled out by time and the front does not depend on the clock. A memo of a pure
+#: function, bounded, thread-safe (shares the configs memo's lock); jobs with equal work share.
+_PRICED: OrderedDict[tuple[object, ...], tuple[Configs, object, float, _Priced]] = OrderedDict()
+_PRICED_SIZE = 8192
+
+
+def _priced(
+    snapshot: Snapshot,
+    jobs: Sequence[Job],
+    configs: Configs,
+    throughput: dict[str, float],
+    policy: Policy,
+    variant: Variant,
+    due: Mapping[str, datetime],
+) -> list[_Priced]:
+    """Each job's :class:`_Priced` for ``variant``: from the memo where it holds, else priced
+    in one vectorised pass (see :func:`_front`)."""
+    now = snapshot.now
+    found: list[_Priced | None] = []
+    keys: list[tuple[object, ...]] = []
+    horizons: list[float] = []
+    misses: list[int] = []
+    with _MEMO_LOCK:
+        for row, job in enumerate(jobs):
+            deadline = due.get(job.id, job.deadline)
+            horizon = (deadline - now).total_seconds() / 3600.0 if deadline else math.inf
+            key = (
+                id(configs),
+                id(snapshot.egress),
+                variant,
+                policy,
+                job.work,
+                job.incremental_reference_hours,
+                job.budget_usd,
+                job.checkpoint_interval_seconds,
+                job.restart_overhead_seconds,
+                job.data,
+            )
+            hit = _PRICED.get(key)
+            if (
+                hit is not None
+                and hit[0] is configs
+                and hit[1] is snapshot.egress
+                and horizon >= hit[2]
+            ):
+                _PRICED.move_to_end(key)
+                found.append(hit[3])
+            else:
+                found.append(None)
+                misses.append(row)
+            keys.append(key)
+            horizons.append(horizon)
+    if misses:
+        fronts, fastest, col, cheapest, slowest = _front(
+            snapshot, [jobs[r] for r in misses], configs, throughput, policy, variant, due
+        )
+        with _MEMO_LOCK:
+            for i, row in enumerate(misses):
+                priced = _Priced(fronts[i], float(fastest[i]), int(col[i]), float(cheapest[i]))
+                found[row] = priced
+                if horizons[row] >= slowest[i]:  # time ruled nothing out: valid while so
+                    _PRICED[keys[row]] = (configs, snapshot.egress, float(slowest[i]), priced)
+            while len(_PRICED) > _PRICED_SIZE:
+                _PRICED.popitem(last=False)
+    return [p for p in found if p is not None]
 
 
 #: Pruned placements per (offerings, throughput, resource shape, policy), reused across cycles:
@@ -348,36 +429,32 @@ def _nominate(
                     job, _empty_front(configs, Variant.FULL), None, _no_offering_message(job)
                 )
             continue
-        full, fastest, fastest_col, cheapest = _front(
-            snapshot, members, configs, throughput, policy, Variant.FULL, due
-        )
+        full = _priced(snapshot, members, configs, throughput, policy, Variant.FULL, due)
         incr_jobs = [j for j in members if j.incremental_reference_hours is not None]
-        incr: dict[str, tuple[Front, float]] = {}
+        incr: dict[str, _Priced] = {}
         if incr_jobs:
-            fronts, incr_fastest, _, _ = _front(
+            priced = _priced(
                 snapshot, incr_jobs, configs, throughput, policy, Variant.INCREMENTAL, due
             )
-            incr = {
-                j.id: (f, float(h))
-                for j, f, h in zip(incr_jobs, fronts, incr_fastest.tolist(), strict=True)
-            }
-        for row, job in enumerate(members):
-            inc, inc_fastest = incr.get(job.id, (None, math.inf))
-            fastest_of[job.id] = min(float(fastest[row]), inc_fastest)
+            incr = {j.id: p for j, p in zip(incr_jobs, priced, strict=True)}
+        for job, p in zip(members, full, strict=True):
+            ip = incr.get(job.id)
+            inc = ip.front if ip is not None else None
+            fastest_of[job.id] = min(p.fastest, ip.fastest if ip is not None else math.inf)
             message: str | None = None
             details: tuple[tuple[str, str], ...] = ()
-            if full[row].size == 0 and (inc is None or inc.size == 0):
+            if p.front.size == 0 and (inc is None or inc.size == 0):
                 message, details = _infeasible_message(
                     snapshot,
                     job,
                     due.get(job.id, job.deadline),
                     configs,
-                    float(fastest[row]),
-                    int(fastest_col[row]),
-                    float(cheapest[row]),
+                    p.fastest,
+                    p.fastest_col,
+                    p.cheapest,
                 )
             out[job.id] = Candidates(
-                job, full[row], inc, message, details, late.get(job.id), due.get(job.id)
+                job, p.front, inc, message, details, late.get(job.id), due.get(job.id)
             )
     return out, fastest_of
 
