@@ -6,16 +6,22 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 
 from budgeteer.backends import TraceMarket
 from budgeteer.catalog import Catalog
+from budgeteer.core import HoldReason, Plan
 from budgeteer.domain.job import DeadlineMiss, Job, SpotSettings
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
+from budgeteer.service.loop import Scheduler
+from budgeteer.sim.backend import SimBackend
+from budgeteer.sim.kernel import Kernel, SimClock
 from budgeteer.sim.run import Arrival, SimRun, simulate
+from budgeteer.store import MemoryStore
 from builders import EGRESS, THROUGHPUT, make_budget, make_job
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -186,3 +192,35 @@ def test_a_job_held_past_its_deadline_runs_late_or_is_cancelled_as_it_asked() ->
     cancelled = store.events("late-no")[-1]
     assert _at(8) <= cancelled.at <= _at(8) + timedelta(minutes=10)
     assert cancelled.cause.endswith("(on_deadline_miss: cancel)")
+
+
+def test_a_job_held_for_budget_is_parked_until_something_could_admit_it() -> None:
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    catalog = _catalog()
+    backend = SimBackend(kernel, _market(500, 0), store, dict(catalog.throughput))
+    sched = Scheduler(store, backend, catalog, SimClock(kernel), Path("/nonexistent"))
+    spec = {"id": "growth", "scope": {"team": "growth"}, "limit_usd": "5"}
+    store.put_budget(spec, create=True)  # P2 may bring spend to $4; the job costs ~$6
+    job = _job("big", 0.0, hours=2, spot=False)
+    store.submit([job], at=T0)
+
+    def plan_at(hours: float) -> Plan:
+        kernel.run(until=_at(hours))
+        plan = sched.cycle().plan
+        assert plan is not None
+        return plan
+
+    first = plan_at(0.0)
+    hold = first.hold("big")
+    assert hold is not None
+    assert hold.reason is HoldReason.BUDGET
+    # nothing happened since: parked, not planned (no hold, no admission)
+    assert plan_at(0.5).hold("big") is None
+    assert not plan_at(0.9).admissions
+    # an hour after it was parked it is planned again, and parked again
+    assert plan_at(1.0).hold("big") is not None
+    assert plan_at(1.2).hold("big") is None
+    # a budget change wakes it at once: now it fits and starts
+    store.put_budget({**spec, "limit_usd": "50"}, create=False)
+    assert [a.job_id for a in plan_at(1.3).admissions] == ["big"]

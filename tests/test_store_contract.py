@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from budgeteer.domain.job import JobState as S
 from budgeteer.domain.job import DeadlineMiss, Webhook
+from budgeteer.domain.job import JobState as S
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
 from budgeteer.domain.tier import Tier
 from budgeteer.store import (

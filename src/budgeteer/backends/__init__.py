@@ -10,7 +10,7 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
-from budgeteer.backends.market import RateMarket, SandboxMarket, TraceMarket
+from budgeteer.backends.market import RateMarket, SandboxMarket, TraceMarket, ZonedMarket
 from budgeteer.backends.sandbox import SandboxBackend
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "SandboxMarket",
     "Status",
     "TraceMarket",
+    "ZonedMarket",
 ]

@@ -8,8 +8,10 @@ there at the catalog price.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import zlib
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
@@ -151,6 +153,41 @@ class RateMarket:
     def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
         """See :class:`SandboxMarket`: one price throughout."""
         return _one_segment(offering, start, end)
+
+
+class ZonedMarket:
+    """A market per group of offerings: each offering is replayed from the first route whose
+    pattern (``fnmatch`` on the offering id, e.g. ``aws/us-east-1/use1-az1/p3.2xlarge/spot``)
+    matches it, every other one from ``default`` — so each zone's spot capacity and price can
+    follow its own trace."""
+
+    def __init__(self, routes: Sequence[tuple[str, SandboxMarket]], default: SandboxMarket) -> None:
+        self._routes = tuple(routes)
+        self._default = default
+        self._of: dict[str, SandboxMarket] = {}
+
+    def market_for(self, offering: Offering) -> SandboxMarket:
+        """The market that replays ``offering``."""
+        market = self._of.get(offering.id)
+        if market is None:
+            market = next(
+                (m for pattern, m in self._routes if fnmatch.fnmatchcase(offering.id, pattern)),
+                self._default,
+            )
+            self._of[offering.id] = market
+        return market
+
+    def available(self, offering: Offering, at: datetime) -> bool:
+        """See :class:`SandboxMarket`."""
+        return self.market_for(offering).available(offering, at)
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`SandboxMarket`."""
+        return self.market_for(offering).price(offering, at)
+
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+        """See :class:`SandboxMarket`."""
+        return self.market_for(offering).segments(offering, start, end)
 
 
 class MarketPrices:

@@ -37,13 +37,21 @@ class BudgetTally:
     tiers: set[Tier] = field(default_factory=set)
     allowance: dict[Tier, float] = field(default_factory=dict)
     base_usd: float = 0.0  # accrued plus committed: spend the plan cannot change
-    exact_allowance: dict[Tier, Decimal] = field(default_factory=dict)  # for messages
-    share: dict[Tier, Decimal] = field(default_factory=dict)  # each tier's threshold
+    # what hold messages say of each tier: "may bring budget B to $A (S% of $L)", and $A
+    may_bring: dict[Tier, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.exact_allowance = {t: self.budget.allowance_usd(t) for t in Tier}
-        self.share = {t: self.budget.threshold(t) for t in Tier}
-        self.allowance = {t: float(a) for t, a in self.exact_allowance.items()}
+        exact = {t: self.budget.allowance_usd(t) for t in Tier}
+        b = self.budget
+        self.may_bring = {
+            t: (
+                f"{t.name} may bring budget {b.id} to ${a:,.2f} "
+                f"({b.threshold(t):.0%} of ${b.limit_usd:,.2f})",
+                f"{a:.2f}",
+            )
+            for t, a in exact.items()
+        }
+        self.allowance = {t: float(a) for t, a in exact.items()}
         self.base_usd = float(self.accrued_usd) + self.committed_usd
 
     def room_usd(self, tier: Tier) -> float:
@@ -195,12 +203,10 @@ def _budget_hold(
     blocking = [t for t, room in zip(covering, rooms, strict=True) if cost > room]
     tier = job.tier
     tight = min(blocking, key=lambda t: t.room_usd(tier) - cost)
-    allowance = tight.exact_allowance[tier]
-    share = tight.share[tier]
+    may_bring, allowance = tight.may_bring[tier]
     projected = tight.base_usd + tight.planned_usd
     message = (
-        f"{tier.name} may bring budget {tight.budget.id} to ${allowance:,.2f} "
-        f"({share:.0%} of ${tight.budget.limit_usd:,.2f}); projected ${projected:,.2f} + "
+        f"{may_bring}; projected ${projected:,.2f} + "
         f"cheapest plan ${cost:,.2f} ({cheapest.variant.value}) = ${projected + cost:,.2f}"
     )
     hold = Hold(
@@ -213,7 +219,7 @@ def _budget_hold(
         (
             ("budget_id", tight.budget.id),
             *(("blocking_budget", t.budget.id) for t in blocking),
-            ("allowance_usd", f"{allowance:.2f}"),
+            ("allowance_usd", allowance),
             ("projected_usd", f"{projected:.2f}"),
             ("cheapest_plan_usd", f"{cost:.2f}"),
             ("cheapest_variant", cheapest.variant.value),

@@ -42,7 +42,8 @@ from budgeteer.domain.tier import Tier
 def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
     """Plan one cycle: a pure, deterministic function of ``snapshot`` and ``policy``."""
     policy = policy or Policy()
-    pending = [j for j in snapshot.jobs if j.state.is_pending]
+    parked = snapshot.parked
+    pending = [j for j in snapshot.jobs if j.state.is_pending and j.id not in parked]
     states = {j.id: j.state for j in snapshot.jobs}
     # 1. ready
     ready = readiness(pending, states)

@@ -27,7 +27,10 @@ class Snapshot:
 
     ``jobs`` holds every job the cycle may need: pending ones to plan, running ones (for
     budgets and fair share) and finished ones that others depend on. ``spend`` is the accrued
-    ledger (at least the current periods and the fair-share half-life window).
+    ledger (at least the current periods and the fair-share half-life window). ``parked``
+    names pending jobs the supervisor leaves out of this cycle's planning (held for budget or
+    quota a moment ago, nothing has happened since that could admit them: see
+    :mod:`budgeteer.service.loop`); they still count as known jobs for their dependents.
     """
 
     now: datetime
@@ -38,3 +41,4 @@ class Snapshot:
     budgets: tuple[Budget, ...] = ()
     spend: tuple[SpendRecord, ...] = ()
     running: tuple[Allocation, ...] = ()
+    parked: frozenset[str] = frozenset()

@@ -120,8 +120,10 @@ class Scheduler:
         budgets: Sequence[Budget] = (),
         policy: Policy | None = None,
         job_env: Callable[[str], Mapping[str, str]] | None = None,
+        park_seconds: float = 3600.0,
     ) -> None:
         self.store = store
+        self.park_seconds = park_seconds  # 0: plan every held job every cycle
         self.backend = backend
         self.catalog = catalog
         self.clock = clock
@@ -149,6 +151,7 @@ class Scheduler:
         self._read: dict[int, int] = {}  # bytes of the progress file already read
         self._stopping: set[int] = set()  # attempts asked to stop by runtime control
         self._paths: dict[str, Path] = {}  # progress file per job
+        self._parked: dict[str, datetime] = {}  # held job → planned again no later than this
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -158,8 +161,12 @@ class Scheduler:
             self._adopted = True
         self._reconcile(report)
         snapshot = self.snapshot()
+        if self._parked:
+            now = snapshot.now
+            self._parked = {j: t for j, t in self._parked.items() if t > now}
+            snapshot = dataclasses.replace(snapshot, parked=frozenset(self._parked))
         plan = plan_cycle(snapshot, self.policy)
-        self._apply(plan, report, {j.id: j.state for j in snapshot.jobs})
+        self._apply(plan, report, {j.id: j for j in snapshot.jobs})
         report.plan = plan
         return report
 
@@ -282,6 +289,7 @@ class Scheduler:
                     self._control(live, job, now)
                 continue
             del self._live[attempt_id]
+            self._parked.clear()  # spend and capacity changed: plan held jobs again
             self.store.end_attempt(
                 attempt_id, at=until, exit_reason=f"{status.state.value}: {status.reason}"
             )
@@ -501,6 +509,7 @@ class Scheduler:
         if specs != self._budget_cache[0]:
             parsed = tuple(budget_from_spec(BudgetSpec.model_validate(s)) for s in specs)
             self._budget_cache = (specs, parsed)
+            self._parked.clear()  # limits or thresholds changed: plan held jobs again
         return self._budget_cache[1]
 
     def _as_planned(self, job: Job, attempts: Sequence[Attempt]) -> Job:
@@ -595,9 +604,14 @@ class Scheduler:
         return no_spot, floor
 
     # -- 4. apply ---------------------------------------------------------------------------
-    def _apply(self, plan: Plan, report: CycleReport, states: Mapping[str, JobState]) -> None:
-        """Carry out ``plan``; ``states`` are the jobs' states in its snapshot (the store's
-        now: nothing moved them since)."""
+    def _apply(self, plan: Plan, report: CycleReport, jobs: Mapping[str, Job]) -> None:
+        """Carry out ``plan``; ``jobs`` are its snapshot's (their states are the store's now:
+        nothing moved them since).
+
+        Jobs held for budget or quota are *parked* (like Kueue's inadmissible workloads): left
+        out of planning until something happens that could admit them — an attempt ends (spend
+        and capacity change), the budgets change, the hold's own wake time (a period reset) or
+        the job's deadline comes — and at least every ``park_seconds``."""
         now = self.clock.now()
         for failure in plan.dependency_failures:
             self.store.transition(
@@ -610,8 +624,16 @@ class Scheduler:
                 at=now,
                 cause=f"{expiry.message} (on_deadline_miss: cancel)",
             )
+        park = self.park_seconds > 0
         for hold in plan.holds:
-            state = states[hold.job_id]
+            job = jobs[hold.job_id]
+            state = job.state
+            if park and hold.reason in (HoldReason.BUDGET, HoldReason.QUOTA):
+                until = now + timedelta(seconds=self.park_seconds)
+                for t in (hold.wake_at, job.deadline):
+                    if t is not None and now < t < until:
+                        until = t
+                self._parked[job.id] = until
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
             if state is S.SUBMITTED or (state is S.QUEUED and target is S.HELD):
                 self.store.transition(hold.job_id, target, at=now, cause=hold.message)
