@@ -224,3 +224,29 @@ def test_a_job_held_for_budget_is_parked_until_something_could_admit_it() -> Non
     # a budget change wakes it at once: now it fits and starts
     store.put_budget({**spec, "limit_usd": "50"}, create=False)
     assert [a.job_id for a in plan_at(1.3).admissions] == ["big"]
+
+
+def test_the_planner_sees_the_spot_price_in_force_refreshed_hourly() -> None:
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    catalog = _catalog()  # spot listed at $1.00/h; the market's price moves every tick
+    market = _market(500, 0)
+    backend = SimBackend(kernel, market, store, dict(catalog.throughput))
+    sched = Scheduler(store, backend, catalog, SimClock(kernel), Path("/nonexistent"))
+    fixed = Scheduler(
+        store, backend, catalog, SimClock(kernel), Path("/nonexistent"), price_refresh_seconds=0
+    )
+
+    def spot_price(s: Scheduler) -> float:
+        return next(o for o in s.snapshot().offerings if o.id == SPOT).usd_per_hour
+
+    def billed(at: datetime) -> float:
+        return float(market.price(next(o for o in catalog.offerings if o.id == SPOT), at)[0])
+
+    assert spot_price(sched) == billed(T0) == 0.9
+    kernel.run(until=_at(0.5))  # the market moved on; the planner's price list did not yet
+    assert billed(_at(0.5)) != 0.9
+    assert spot_price(sched) == 0.9
+    kernel.run(until=_at(1.0))
+    assert spot_price(sched) == billed(_at(1.0))
+    assert spot_price(fixed) == 1.0  # refresh off: the catalog's price

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,7 @@ def test_bad_cron_names_the_field(expr: str, field: str) -> None:
 def _scenario(tmp_path: Path, **changes: object) -> Path:
     doc = yaml.safe_load((ROOT / "scenarios" / "quiet-quarter.yaml").read_text())
     doc["market"]["trace"] = str(ROOT / doc["market"]["trace"].removeprefix("../"))
+    doc["market"].pop("zones", None)
     doc.update(changes)
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -142,6 +144,56 @@ def test_droughts_take_spot_away_for_their_days() -> None:
     assert not any(built.market.available(spot, t) for t in in_drought)
     quiet = build(load_scenario(ROOT / "scenarios" / "quiet-quarter.yaml"))
     assert any(quiet.market.available(spot, t) for t in in_drought)  # the same trace otherwise
+
+
+def test_zones_follow_their_own_trace_and_price_series() -> None:
+    built = build(load_scenario(ROOT / "scenarios" / "quiet-quarter.yaml"))
+    offerings = {o.id: o for o in built.catalog.offerings}
+    az2 = offerings["aws/us-east-1/use1-az2/p3.2xlarge/spot"]
+    other = offerings["aws/us-east-1/use1-az2/p3.8xlarge/spot"]
+    data = ROOT / "tests" / "data"
+    series = json.loads((data / "spot-prices" / "v100_spot_prices.json").read_text())
+    trace = json.loads(
+        (data / "spot-traces/availability/1-node/aws-02-15-2023/us-east-1a_v100_1.json").read_text()
+    )
+    gap = trace["metadata"]["gap_seconds"]
+    skip = 24 * 3600 // gap  # offset_hours: 24
+    for tick in (0, 100, 5000, 20158 + 7):  # the last one after the trace wrapped around
+        at = built.start + timedelta(seconds=tick * gap + 1)
+        k = (tick + skip) % 20158
+        price, source = built.market.price(az2, at)
+        assert price == Decimal(repr(series["us-east-1a_v100_1"][k]))
+        assert source.startswith("prices:us-east-1a_v100_1")
+        assert built.market.available(az2, at) == (trace["data"][k] >= 1)
+        assert built.market.price(other, at) == (
+            Decimal(repr(other.usd_per_hour)),
+            other.price.source,
+        )
+
+
+@pytest.mark.parametrize(
+    ("zone", "field", "problem"),
+    [
+        ({"offerings": "gcp/*"}, "market.zones[0].offerings", "matches no offering"),
+        (
+            {"prices": {"file": "short.json"}},
+            "market.zones[0].prices",
+            "short.json has 3 prices; the trace has 20158 ticks",
+        ),
+    ],
+)
+def test_bad_zones_name_the_field(
+    tmp_path: Path, zone: dict[str, object], field: str, problem: str
+) -> None:
+    (tmp_path / "short.json").write_text(json.dumps({"prices": [1.0, 1.1, 1.2]}))
+    doc = yaml.safe_load(_scenario(tmp_path).read_text())
+    doc["market"]["zones"] = [
+        {"offerings": "aws/*/p3.2xlarge/spot", "trace": doc["market"]["trace"], **zone}
+    ]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(BudgeteerError) as err:
+        build(load_scenario(tmp_path / "s.yaml"))
+    assert f"{field}: {problem}" in str(err.value)
 
 
 def test_the_cli_compares_policies_as_json_and_writes_a_report(tmp_path: Path) -> None:

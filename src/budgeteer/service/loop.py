@@ -70,7 +70,7 @@ from budgeteer.core.control import (
 from budgeteer.core.progress import Sample
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import LIVE_STATES, Job, JobState
-from budgeteer.domain.offering import Market
+from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.service.spendbook import SpendBook
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.store.base import Attempt, LedgerEntry, ProgressReport, Store, UnknownJob
@@ -121,9 +121,11 @@ class Scheduler:
         policy: Policy | None = None,
         job_env: Callable[[str], Mapping[str, str]] | None = None,
         park_seconds: float = 3600.0,
+        price_refresh_seconds: float = 3600.0,
     ) -> None:
         self.store = store
         self.park_seconds = park_seconds  # 0: plan every held job every cycle
+        self.price_refresh_seconds = price_refresh_seconds  # 0: plan at catalog prices
         self.backend = backend
         self.catalog = catalog
         self.clock = clock
@@ -152,6 +154,8 @@ class Scheduler:
         self._stopping: set[int] = set()  # attempts asked to stop by runtime control
         self._paths: dict[str, Path] = {}  # progress file per job
         self._parked: dict[str, datetime] = {}  # held job → planned again no later than this
+        self._in_force: tuple[Offering, ...] = catalog.offerings  # spot at the prices in force
+        self._priced_at: datetime | None = None
 
     def cycle(self) -> CycleReport:
         """One reconcile → plan → apply pass."""
@@ -463,13 +467,40 @@ class Scheduler:
         return Snapshot(
             now=now,
             jobs=tuple(jobs),
-            offerings=self.catalog.offerings,
+            offerings=self._offerings_in_force(now),
             throughput=tuple(self.catalog.throughput.items()),
             egress=self.catalog.egress,
             budgets=budgets,
             spend=self._spend(jobs, budgets, now),
             running=running,
         )
+
+    def _offerings_in_force(self, now: datetime) -> tuple[Offering, ...]:
+        """The catalog with each spot offering at the price the backend bills now, looked up
+        at most every ``price_refresh_seconds`` (a price feed's cadence). The tuple is only
+        replaced when a price changed, so the core's memo of placements keeps its entries."""
+        if self.price_refresh_seconds <= 0:
+            return self.catalog.offerings
+        if (
+            self._priced_at is not None
+            and (now - self._priced_at).total_seconds() < self.price_refresh_seconds
+        ):
+            return self._in_force
+        self._priced_at = now
+        fresh: list[Offering] = []
+        changed = False
+        for current in self._in_force:
+            if current.market is Market.SPOT:
+                price, source = self.backend.price(current, now)
+                if float(price) != current.usd_per_hour:  # a new source alone changes nothing
+                    current = dataclasses.replace(  # noqa: PLW2901
+                        current, price=Price(float(price), source, now)
+                    )
+                    changed = True
+            fresh.append(current)
+        if changed:
+            self._in_force = tuple(fresh)
+        return self._in_force
 
     def _spend(
         self, jobs: Sequence[Job], budgets: Sequence[Budget], now: datetime

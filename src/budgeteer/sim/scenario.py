@@ -17,6 +17,7 @@ quotas, and the arrivals drawn by the workload generators from the seed:
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,7 +25,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from budgeteer.backends.market import TraceMarket
+from budgeteer.backends.market import SandboxMarket, TraceMarket, ZonedMarket
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.core import Policy
 from budgeteer.domain.budget import Budget
@@ -38,7 +39,7 @@ from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
 from budgeteer.spec.job import parse_duration
-from budgeteer.traces import load_trace
+from budgeteer.traces import load_price_series, load_trace
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -78,12 +79,32 @@ class Drought(_Strict):
     days: Positive
 
 
+class PriceSpec(_Strict):
+    """A spot price series on the zone trace's timeline: ``file`` (JSON), and ``series``, the
+    key of the series in a file that holds several (``v100_spot_prices.json``)."""
+
+    file: Path
+    series: str | None = None
+
+
+class ZoneSpec(_Strict):
+    """The spot offerings whose id matches ``offerings`` (a glob, e.g.
+    ``aws/us-east-1/use1-az1/p3.2xlarge/spot``) follow their own availability trace and,
+    with ``prices``, are billed at its price series."""
+
+    offerings: Annotated[str, Field(min_length=1, max_length=512)]
+    trace: Path
+    prices: PriceSpec | None = None
+
+
 class MarketSpec(_Strict):
-    """Spot availability: a real trace, repeated to cover the horizon, from ``offset_hours``."""
+    """Spot availability: a real trace, repeated to cover the horizon, from ``offset_hours``;
+    ``zones`` give groups of spot offerings a trace (and price series) of their own."""
 
     trace: Path
     offset_hours: Annotated[float, Field(ge=0)] = 0.0
     droughts: list[Drought] = Field(default_factory=list)
+    zones: list[ZoneSpec] = Field(default_factory=list, max_length=256)
 
 
 class TeamSpec(_Strict):
@@ -203,7 +224,7 @@ class Built:
 
     scenario: Scenario
     catalog: Catalog
-    market: TraceMarket
+    market: SandboxMarket
     budgets: tuple[Budget, ...]
     policy: Policy
     gpu_quotas: dict[str, int]
@@ -231,19 +252,31 @@ def load_scenario(path: Path) -> Scenario:
         raise spec_errors(exc, str(path)) from None
     for i, b in enumerate(scenario.budgets):
         BudgetSpec.parse(b, str(path), f"budgets[{i}]")
-    trace = scenario.market.trace
-    if not trace.is_absolute():
-        scenario = scenario.model_copy(
-            update={"market": scenario.market.model_copy(update={"trace": path.parent / trace})}
+
+    def here(p: Path) -> Path:
+        return p if p.is_absolute() else path.parent / p
+
+    m = scenario.market
+    zones = [
+        z.model_copy(
+            update={
+                "trace": here(z.trace),
+                "prices": z.prices.model_copy(update={"file": here(z.prices.file)})
+                if z.prices
+                else None,
+            }
         )
-    return scenario
+        for z in m.zones
+    ]
+    market = m.model_copy(update={"trace": here(m.trace), "zones": zones})
+    return scenario.model_copy(update={"market": market})
 
 
 def build(scenario: Scenario, seed: int | None = None) -> Built:
     """The catalog subset, market, budgets, policy and arrivals of ``scenario``."""
     rng = np.random.default_rng(scenario.seed if seed is None else seed)
     catalog = _catalog(scenario)
-    market = _market(scenario)
+    market = _market(scenario, catalog)
     budgets = tuple(budget_from_spec(BudgetSpec.model_validate(b)) for b in scenario.budgets)
     policy = Policy(team_weights=tuple((t.name, t.weight) for t in scenario.teams))
     quotas = {t.name: t.gpu_quota for t in scenario.teams if t.gpu_quota is not None}
@@ -379,9 +412,24 @@ def _catalog(scenario: Scenario) -> Catalog:
     return dataclasses.replace(full, offerings=offerings)
 
 
-def _market(scenario: Scenario) -> TraceMarket:
-    """The trace from ``offset_hours``, repeated to cover the horizon, droughts cut in."""
-    trace = load_trace(scenario.market.trace)
+def _market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
+    """Each trace from ``offset_hours``, repeated to cover the horizon, droughts cut in; a
+    zone's price series rides along on its trace's ticks."""
+    m = scenario.market
+    default = _replay(scenario, m.trace, None, "market")
+    if not m.zones:
+        return default
+    routes: list[tuple[str, SandboxMarket]] = []
+    for i, zone in enumerate(m.zones):
+        where = f"market.zones[{i}]"
+        if not any(fnmatch.fnmatchcase(o.id, zone.offerings) for o in catalog.offerings):
+            raise SpecError(f"{where}.offerings", f"matches no offering: {zone.offerings!r}")
+        routes.append((zone.offerings, _replay(scenario, zone.trace, zone.prices, where)))
+    return ZonedMarket(routes, default)
+
+
+def _replay(scenario: Scenario, path: Path, prices: PriceSpec | None, where: str) -> TraceMarket:
+    trace = load_trace(path)
     avail = np.array(trace.available) >= 1
     gap = trace.gap_seconds
     skip = int(scenario.market.offset_hours * 3600 // gap) % len(avail)
@@ -391,7 +439,22 @@ def _market(scenario: Scenario) -> TraceMarket:
         a = int(d.start_day * 86400 // gap)
         b = int((d.start_day + d.days) * 86400 // gap)
         tiled[a:b] = False
-    return TraceMarket(tiled, gap, scenario.start, None, source=f"trace:{trace.name}")
+    series = None
+    source = f"trace:{trace.name}"
+    if prices is not None:
+        values, price_gap = load_price_series(prices.file, prices.series)
+        if len(values) != len(avail):
+            raise SpecError(
+                f"{where}.prices",
+                f"{prices.file.name} has {len(values)} prices; the trace has {len(avail)} ticks",
+            )
+        if price_gap is not None and price_gap != gap:
+            raise SpecError(
+                f"{where}.prices", f"gap_seconds {price_gap} differs from the trace's {gap}"
+            )
+        series = np.resize(np.roll(np.array(values), -skip), needed)
+        source = f"prices:{prices.series or prices.file.stem}"
+    return TraceMarket(tiled, gap, scenario.start, series, source=source)
 
 
 def spot_offerings(catalog: Catalog) -> int:
