@@ -10,12 +10,21 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
-from budgeteer.backends.market import RateMarket, SandboxMarket, TraceMarket, ZonedMarket
+from budgeteer.backends.market import (
+    CalendarMarket,
+    Closed,
+    RateMarket,
+    SandboxMarket,
+    TraceMarket,
+    ZonedMarket,
+)
 from budgeteer.backends.sandbox import SandboxBackend
 
 __all__ = [
+    "CalendarMarket",
     "Capabilities",
     "CapacityUnavailable",
+    "Closed",
     "ComputeBackend",
     "Handle",
     "LaunchFailed",

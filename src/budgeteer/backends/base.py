@@ -29,9 +29,14 @@ from budgeteer.errors import BudgeteerError
 
 
 class CapacityUnavailable(BudgeteerError):
-    """The offering has no room now (transient)."""
+    """The offering has no room now (transient). ``retry_at`` is when room is known to come
+    back, when the backend knows (an on-prem pool's calendar; never a spot market's)."""
 
     transient = True
+
+    def __init__(self, message: str, retry_at: datetime | None = None) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at
 
 
 class LaunchFailed(BudgeteerError):

@@ -12,9 +12,11 @@ import fnmatch
 import math
 import zlib
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
 from decimal import Decimal
 from typing import Protocol
+from zoneinfo import ZoneInfo
 
 import numpy as np
 from numpy.typing import NDArray
@@ -153,6 +155,64 @@ class RateMarket:
     def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
         """See :class:`SandboxMarket`: one price throughout."""
         return _one_segment(offering, start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """A weekly window in which a pool is not lent out: on ``days`` (0 = Monday) from
+    ``start`` to ``end`` local time (``end`` ≤ ``start`` runs past midnight into the next day)."""
+
+    days: frozenset[int]
+    start: time
+    end: time
+
+
+class CalendarMarket:
+    """An on-prem pool lent to retraining outside its ``closed`` windows (business hours, say)
+    in time zone ``tz``: while closed nothing can be held on it, and what runs is revoked at
+    closing time like spot. Always at the catalog price (an amortised cost)."""
+
+    def __init__(self, closed: Sequence[Closed], tz: str = "UTC") -> None:
+        self._closed = tuple(closed)
+        self._tz = ZoneInfo(tz)
+
+    def available(self, offering: Offering, at: datetime) -> bool:
+        """See :class:`SandboxMarket`."""
+        return self.is_open(at)
+
+    def is_open(self, at: datetime) -> bool:
+        """True outside every closed window."""
+        local = at.astimezone(self._tz)
+        day, now = local.weekday(), local.time()
+        for w in self._closed:
+            if w.end > w.start:
+                if day in w.days and w.start <= now < w.end:
+                    return False
+            elif (day in w.days and now >= w.start) or ((day - 1) % 7 in w.days and now < w.end):
+                return False
+        return True
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`SandboxMarket`."""
+        return _catalog_price(offering)
+
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]:
+        """See :class:`SandboxMarket`."""
+        return _one_segment(offering, start, end)
+
+    def open_share(self) -> float:
+        """The share of a week the pool is open."""
+        minutes = 7 * 24 * 60
+        start = datetime(2024, 1, 1, tzinfo=self._tz)  # a Monday
+        step = 15
+        open_ = sum(self.is_open(start + timedelta(minutes=m)) for m in range(0, minutes, step))
+        return open_ * step / minutes
+
+    def closings_per_week(self) -> int:
+        """How many times a week the pool closes (each revokes what runs on it)."""
+        start = datetime(2024, 1, 1, tzinfo=self._tz)
+        states = [self.is_open(start + timedelta(minutes=m)) for m in range(0, 10080, 15)]
+        return sum(1 for a, b in zip(states, states[1:] + states[:1], strict=True) if a and not b)
 
 
 class ZonedMarket:

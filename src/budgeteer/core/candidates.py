@@ -164,7 +164,9 @@ def _front(
     )
     shape = (len(jobs), len(configs))
     cost = np.broadcast_to(ev.cost_usd, shape)
-    finish = np.broadcast_to(ev.finish_hours, shape)
+    wait = _waits(snapshot, configs)
+    finish_hours = ev.finish_hours if wait is None else ev.finish_hours + wait[None, :]
+    finish = np.broadcast_to(finish_hours, shape)
     reliable = np.broadcast_to(ev.inflation <= policy.max_spot_inflation, shape)
     on_time = reliable & (finish <= horizon)
     feasible = on_time & (cost <= cap)
@@ -199,7 +201,7 @@ def _front(
         for a in (
             ev.cost_usd,
             ev.cost_std_usd,
-            ev.finish_hours,
+            finish_hours,
             ev.runtime_hours,
             ev.runtime_std_hours,
         )
@@ -221,6 +223,20 @@ def _front(
         for r in range(len(jobs))
     ]
     return fronts, fastest, fastest_col, cheapest_on_time, slowest
+
+
+def _waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
+    """Hours each placement waits for its offering's room to come back (``None``: none do)."""
+    if not snapshot.capacity_back:
+        return None
+    index = {o.id: i for i, o in enumerate(snapshot.offerings)}
+    by_offering = np.zeros(len(snapshot.offerings))
+    for offering_id, back in snapshot.capacity_back:
+        i = index.get(offering_id)
+        if i is not None:
+            by_offering[i] = max(0.0, (back - snapshot.now).total_seconds() / 3600.0)
+    wait: FloatArray = by_offering[configs.offering]
+    return wait if wait.any() else None
 
 
 def _empty_front(configs: Configs, variant: Variant) -> Front:
@@ -258,6 +274,14 @@ def _priced(
     """Each job's :class:`_Priced` for ``variant``: from the memo where it holds, else priced
     in one vectorised pass (see :func:`_front`)."""
     now = snapshot.now
+    if _waits(snapshot, configs) is not None:  # finishes depend on the clock: no memo
+        fronts, fastest, col, cheapest, _ = _front(
+            snapshot, jobs, configs, throughput, policy, variant, due
+        )
+        return [
+            _Priced(f, float(h), int(c), float(u))
+            for f, h, c, u in zip(fronts, fastest, col, cheapest, strict=True)
+        ]
     found: list[_Priced | None] = []
     keys: list[tuple[object, ...]] = []
     horizons: list[float] = []

@@ -31,6 +31,7 @@ class OfferingTable:
     gpus: IntArray
     gpu_memory_gib: FloatArray
     spot: BoolArray
+    revocable: BoolArray  # capacity the market can take back: spot, calendar-lent on-prem
     usd_per_hour: FloatArray
     startup_hours: FloatArray
     interruptions_per_hour: FloatArray
@@ -53,6 +54,7 @@ class OfferingTable:
             gpus=np.array([o.accelerators_per_instance for o in offerings], dtype=np.int64),
             gpu_memory_gib=np.array([o.gpu_memory_gib for o in offerings], dtype=np.float64),
             spot=np.array([o.market is Market.SPOT for o in offerings], dtype=bool),
+            revocable=np.array([o.interruption_per_hour > 0 for o in offerings], dtype=bool),
             usd_per_hour=np.array([o.usd_per_hour for o in offerings], dtype=np.float64),
             startup_hours=np.array([o.startup_seconds / 3600.0 for o in offerings]),
             interruptions_per_hour=np.array([o.interruption_per_hour for o in offerings]),
@@ -136,6 +138,7 @@ def build_configs(job: Job, table: OfferingTable, policy: Policy) -> Configs:
         (table.gpus >= k)
         & (table.gpu_memory_gib >= res.min_gpu_memory_gib)
         & ((job.spot.allowed & policy.allow_spot) | ~table.spot)
+        & (policy.allow_revocable | ~table.revocable)
         & table.family_mask(res.accelerators)
     )
     idx = np.flatnonzero(ok)

@@ -41,7 +41,9 @@ class Policy:
     from submission to deadline is behind schedule.
 
     The baselines the simulator compares against are policies too: ``allow_spot`` False never
-    plans spot; ``queue_order`` FIFO ignores tiers and fair share; ``enforce_budgets`` False
+    plans spot; ``allow_revocable`` False plans no capacity that can be taken back (spot or an
+    on-prem pool lent out on a calendar: any offering with an interruption rate);
+    ``queue_order`` FIFO ignores tiers and fair share; ``enforce_budgets`` False
     admits without looking at money; ``team_gpu_quotas`` (and ``default_team_gpu_quota``) cap the
     GPUs a team holds at once, Kueue-style (held with reason ``quota``).
 
@@ -65,6 +67,7 @@ class Policy:
     spot_rules: tuple[tuple[Tier, RuleSet], ...] = ()
     deadline_margin_fraction: float = 0.05
     allow_spot: bool = True
+    allow_revocable: bool = True
     queue_order: QueueOrder = QueueOrder.FAIR_SHARE
     enforce_budgets: bool = True
     team_gpu_quotas: tuple[tuple[str, int], ...] = ()

@@ -42,3 +42,4 @@ class Snapshot:
     spend: tuple[SpendRecord, ...] = ()
     running: tuple[Allocation, ...] = ()
     parked: frozenset[str] = frozenset()
+    capacity_back: tuple[tuple[str, datetime], ...] = ()

@@ -148,6 +148,7 @@ class Scheduler:
         self._not_before: dict[str, datetime] = {}  # backoff: no launch before this time
         # a full offering: no launch of ≥ n instances on it before this time (n, time, misses)
         self._full: dict[str, tuple[int, datetime, int]] = {}
+        self._back: dict[str, datetime] = {}  # a full offering's room is back at this time
         self._samples: dict[int, list[Sample]] = {}  # progress seen, per attempt
         self._losses: dict[int, list[float]] = {}
         self._read: dict[int, int] = {}  # bytes of the progress file already read
@@ -473,6 +474,7 @@ class Scheduler:
             budgets=budgets,
             spend=self._spend(jobs, budgets, now),
             running=running,
+            capacity_back=tuple(sorted((o, t) for o, t in self._back.items() if t > now)),
         )
 
     def _offerings_in_force(self, now: datetime) -> tuple[Offering, ...]:
@@ -727,6 +729,12 @@ class Scheduler:
             misses = 1 + (previous[2] if previous is not None else 0)
             delay = min(RETRY_BASE_SECONDS * 2 ** (misses - 1), RETRY_MAX_SECONDS)
             until = now + timedelta(seconds=delay)
+            if exc.retry_at is not None and exc.retry_at > now:
+                # the backend knows when room comes back (a pool's calendar): wait for it, and
+                # let the planner count the wait in every plan's finish on this offering
+                until = max(until, exc.retry_at)
+                delay = (until - now).total_seconds()
+                self._back[offering.id] = exc.retry_at
             self._full[offering.id] = (placement.instances, until, misses)
             self.store.transition(
                 job.id, S.QUEUED, at=now, cause=f"{exc}; offering retried in {delay:.0f} s"
@@ -737,6 +745,7 @@ class Scheduler:
             self.store.transition(job.id, S.FAILED, at=now, cause=str(exc))
             return
         self._full.pop(offering.id, None)
+        self._back.pop(offering.id, None)
         self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)
 

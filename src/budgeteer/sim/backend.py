@@ -45,6 +45,8 @@ from budgeteer.store.base import Store
 CHECKPOINT_SECONDS = 30.0
 #: Granularity (seconds) at which spot availability is probed ahead of a running attempt.
 PROBE_SECONDS = 60.0
+#: Markets whose capacity the market can take back (on-prem: a pool lent out on a calendar).
+REVOCABLE = frozenset({Market.SPOT, Market.ON_PREM})
 TOTAL_STEPS = 1000  # progress reports count the job's work in thousandths
 
 
@@ -112,6 +114,11 @@ class SimBackend(MarketPrices):
         if limit is not None and in_use + request.instances > limit:
             raise CapacityUnavailable(f"{offering.id}: {in_use} of {limit} instances are in use")
         if not self.market.available(offering, now):
+            if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
+                opens = self._next_open(offering, now)
+                raise CapacityUnavailable(
+                    f"{offering.id}: the pool is closed at {now:%Y-%m-%d %H:%M}", opens
+                )
             raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%Y-%m-%d %H:%M}")
         hid = f"{request.job_id}.{request.attempt}"
         ids = tuple(f"{hid}-{i}" for i in range(request.instances))
@@ -176,7 +183,8 @@ class SimBackend(MarketPrices):
 
     def _start(self, run: _Run) -> None:
         now = self.kernel.now
-        spot = run.request.offering.market is Market.SPOT
+        # spot, and on-prem pools lent out on a calendar, can be taken back
+        spot = run.request.offering.market in REVOCABLE
         hid = run.handle.id
         if run.notice is not None:
             run.final = Status(RunState.STOPPED, None, run.notice, None, now)
@@ -185,7 +193,7 @@ class SimBackend(MarketPrices):
         if spot and not self.market.available(run.request.offering, now):
             run.preempted = True
             run.final = Status(
-                RunState.PREEMPTED, None, "spot capacity lost while provisioning", None, now
+                RunState.PREEMPTED, None, f"{_what(run)} lost while provisioning", None, now
             )
             self._ended(run)
             return
@@ -205,7 +213,7 @@ class SimBackend(MarketPrices):
                 events.append(
                     self.kernel.schedule(
                         revoked,
-                        lambda: self._notify(run, "spot capacity revoked", preempted=True),
+                        lambda: self._notify(run, f"{_what(run)} revoked", preempted=True),
                         label=f"revoke {hid}",
                     )
                 )
@@ -214,6 +222,17 @@ class SimBackend(MarketPrices):
         )
         run.events = tuple(events)
         self.on_change()
+
+    def _next_open(self, offering: Offering, start: datetime) -> datetime | None:
+        """When the market has room for ``offering`` again (within a week), probing each
+        :data:`PROBE_SECONDS`."""
+        step = timedelta(seconds=PROBE_SECONDS)
+        t = start + step
+        while t <= start + timedelta(days=7):
+            if self.market.available(offering, t):
+                return t
+            t += step
+        return None
 
     def _next_revocation(
         self, offering: Offering, start: datetime, until: datetime
@@ -278,3 +297,10 @@ class SimBackend(MarketPrices):
         for event in run.events:
             if event.label.startswith(("finish", "revoke")):
                 self.kernel.cancel(event)
+
+
+def _what(run: _Run) -> str:
+    """What a revocation takes away, for exit reasons."""
+    if run.request.offering.market is Market.ON_PREM:
+        return "on-prem pool (closing time)"
+    return "spot capacity"

@@ -143,10 +143,10 @@ def series(run: SimRun, built: Built, step: timedelta = timedelta(hours=6)) -> d
             for n, at in enumerate(times):
                 if e.at <= at < until:
                     queue[job.tier.name][n] += 1
-    market = {"spot": [0] * len(times), "on_demand": [0] * len(times)}
+    market = {"spot": [0] * len(times), "on_prem": [0] * len(times), "on_demand": [0] * len(times)}
     for a in store.attempts():
         end = a.ended_at or built.end
-        key = "spot" if a.market == "spot" else "on_demand"
+        key = a.market if a.market in ("spot", "on_prem") else "on_demand"
         for n, at in enumerate(times):
             if a.started_at <= at < end:
                 market[key][n] += a.instances

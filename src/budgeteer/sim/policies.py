@@ -3,7 +3,8 @@
 - ``default`` — everything budgeteer does: tiers, fair share on money, budgets with tier
   thresholds and the P0 reserve, spot when it meets the deadline with margin, switch rules and
   fallbacks, cheaper variants before holds.
-- ``on-demand-fifo`` — no spot, first come first served, no budget awareness: what a hand-rolled
+- ``on-demand-fifo`` — no spot (nor any capacity that can be taken back, such as an on-prem pool
+  lent out on a calendar), first come first served, no budget awareness: what a hand-rolled
   queue in front of on-demand instances does.
 - ``spot-greedy-fifo`` — spot whenever an offering exists (no deadline margin, any inflation),
   back to on-demand after one preemption, FIFO, no budget awareness.
@@ -38,7 +39,11 @@ def policy_named(
         return base
     if name == "on-demand-fifo":
         return dataclasses.replace(
-            base, allow_spot=False, queue_order=QueueOrder.FIFO, enforce_budgets=False
+            base,
+            allow_spot=False,
+            allow_revocable=False,
+            queue_order=QueueOrder.FIFO,
+            enforce_budgets=False,
         )
     if name == "spot-greedy-fifo":
         return dataclasses.replace(

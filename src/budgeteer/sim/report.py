@@ -126,9 +126,10 @@ def _mix(path: Path, times: NDArray[np.datetime64], s: dict[str, Any]) -> str:
     ax.stackplot(
         times,
         m["spot"],
+        m["on_prem"],
         m["on_demand"],
-        labels=["spot", "on-demand"],
-        colors=["#4caf50", "#ff9800"],
+        labels=["spot", "on-prem", "on-demand"],
+        colors=["#4caf50", "#2196f3", "#ff9800"],
     )
     ax.set_ylabel("instances running")
     ax.legend(fontsize=8, loc="upper left")

@@ -18,19 +18,34 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-from budgeteer.backends.market import SandboxMarket, TraceMarket, ZonedMarket
+from budgeteer.backends.market import (
+    CalendarMarket,
+    Closed,
+    SandboxMarket,
+    TraceMarket,
+    ZonedMarket,
+)
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.core import Policy
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Dependency, DependencyCondition, Job, Resources, SpotSettings, Work
-from budgeteer.domain.offering import Market
+from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
 from budgeteer.sim.cron import CronError, cron_times, parse_cron
@@ -38,7 +53,7 @@ from budgeteer.sim.run import Arrival
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
-from budgeteer.spec.job import parse_duration
+from budgeteer.spec.job import parse_duration, resolve_accelerator
 from budgeteer.traces import load_price_series, load_trace
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
@@ -105,6 +120,46 @@ class MarketSpec(_Strict):
     offset_hours: Annotated[float, Field(ge=0)] = 0.0
     droughts: list[Drought] = Field(default_factory=list)
     zones: list[ZoneSpec] = Field(default_factory=list, max_length=256)
+
+
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Clock = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+
+
+class ClosedSpec(_Strict):
+    """When the pool is not lent out: on ``days`` from ``from`` to ``to`` (``HH:MM`` local;
+    ``to`` at or before ``from`` runs past midnight)."""
+
+    days: Annotated[list[Weekday], Field(min_length=1)]
+    from_: Clock = Field(alias="from")
+    to: Clock
+
+
+class OnPremSpec(_Strict):
+    """An on-prem GPU pool lent to retraining outside its ``closed`` hours: ``nodes``
+    instances of ``gpus_per_node`` × ``accelerator``, billed at ``usd_per_node_hour`` (an
+    amortised cost: hardware, power, operations). What runs there is revoked at closing time,
+    with the same notice as spot."""
+
+    name: Name
+    accelerator: str
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 8
+    gpu_memory_gib: Positive = 40.0
+    nodes: Annotated[int, Field(ge=1, le=10_000)]
+    usd_per_node_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    timezone: str = "UTC"
+    closed: list[ClosedSpec] = Field(default_factory=list)
+    startup_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
 
 
 class TeamSpec(_Strict):
@@ -210,6 +265,7 @@ class Scenario(_Strict):
     seed: int = 0
     catalog: CatalogFilter = Field(default_factory=CatalogFilter)
     market: MarketSpec
+    onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
     teams: list[TeamSpec] = Field(default_factory=list)
     budgets: list[dict[str, Any]] = Field(default_factory=list)
     workload: Workload
@@ -409,7 +465,55 @@ def _catalog(scenario: Scenario) -> Catalog:
     )
     if not offerings:
         raise SpecError("catalog", "no offering of the bundled catalog matches these filters")
-    return dataclasses.replace(full, offerings=offerings)
+    pools = tuple(_pool_offering(full, p, i) for i, p in enumerate(scenario.onprem))
+    return dataclasses.replace(full, offerings=offerings + pools)
+
+
+def _calendar(pool: OnPremSpec) -> CalendarMarket:
+    return CalendarMarket(
+        [
+            Closed(
+                frozenset(WEEKDAYS.index(d) for d in c.days),
+                time.fromisoformat(c.from_),
+                time.fromisoformat(c.to),
+            )
+            for c in pool.closed
+        ],
+        pool.timezone,
+    )
+
+
+def _pool_offering(full: Catalog, pool: OnPremSpec, i: int) -> Offering:
+    """The pool as an offering: on-prem, its nodes the capacity, and the revocations at
+    closing time as an interruption rate (closings per open hour) the planner prices in."""
+    known = sorted(full.throughput)
+    accelerator = resolve_accelerator(pool.accelerator, known)
+    if accelerator is None:
+        raise SpecError(
+            f"onprem[{i}].accelerator",
+            f"unknown accelerator {pool.accelerator!r}; known: {', '.join(known)}",
+        )
+    calendar = _calendar(pool)
+    open_hours = calendar.open_share() * 168
+    if open_hours <= 0:
+        raise SpecError(f"onprem[{i}].closed", "the pool is never open")
+    return Offering(
+        id=f"onprem/{pool.name}/*/{pool.gpus_per_node}x{accelerator}/on_prem",
+        provider="onprem",
+        region=pool.name,
+        zones=(),
+        instance_type=f"{pool.gpus_per_node}x{accelerator}",
+        accelerator=accelerator,
+        accelerators_per_instance=pool.gpus_per_node,
+        vcpus=None,
+        memory_gib=None,
+        gpu_memory_gib=pool.gpu_memory_gib,
+        market=Market.ON_PREM,
+        price=Price(pool.usd_per_node_hour, f"onprem:{pool.name}"),
+        interruption_per_hour=calendar.closings_per_week() / open_hours,
+        startup_seconds=pool.startup_seconds,
+        max_instances=pool.nodes,
+    )
 
 
 def _market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
@@ -417,9 +521,11 @@ def _market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
     zone's price series rides along on its trace's ticks."""
     m = scenario.market
     default = _replay(scenario, m.trace, None, "market")
-    if not m.zones:
+    if not m.zones and not scenario.onprem:
         return default
-    routes: list[tuple[str, SandboxMarket]] = []
+    routes: list[tuple[str, SandboxMarket]] = [
+        (f"onprem/{pool.name}/*", _calendar(pool)) for pool in scenario.onprem
+    ]
     for i, zone in enumerate(m.zones):
         where = f"market.zones[{i}]"
         if not any(fnmatch.fnmatchcase(o.id, zone.offerings) for o in catalog.offerings):
