@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_AT ?= 2026-12-02T09:00:00Z
 DEMO_ARGS ?=
 
-.PHONY: demo plan-demo test lint types unit bench bench-spot bench-api constraints clean
+.PHONY: demo plan-demo test lint types unit bench bench-spot bench-api bench-sim constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ bench-spot: $(STAMP)
 
 bench-api: $(STAMP)
 	$(BIN)/python benchmarks/api_submit.py
+
+bench-sim: $(STAMP)
+	$(BIN)/python benchmarks/sim_speed.py --dense
 
 # Re-pin after changing dependencies in pyproject.toml.
 constraints: $(STAMP)

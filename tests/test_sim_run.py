@@ -17,7 +17,7 @@ from budgeteer.domain.job import DeadlineMiss, Job, SpotSettings
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
-from budgeteer.service.loop import Scheduler
+from budgeteer.service.loop import Scheduler, backoff_seconds
 from budgeteer.sim.backend import SimBackend
 from budgeteer.sim.kernel import Kernel, SimClock
 from budgeteer.sim.run import Arrival, SimRun, simulate
@@ -250,3 +250,23 @@ def test_the_planner_sees_the_spot_price_in_force_refreshed_hourly() -> None:
     kernel.run(until=_at(1.0))
     assert spot_price(sched) == billed(_at(1.0))
     assert spot_price(fixed) == 1.0  # refresh off: the catalog's price
+
+
+def test_backoff_doubles_to_ten_minutes_for_any_number_of_misses() -> None:
+    assert [backoff_seconds(n) for n in (1, 2, 3, 5, 6)] == [30, 60, 120, 480, 600]
+    assert backoff_seconds(5000) == 600  # thousands of misses through a drought: no overflow
+
+
+def test_a_long_spot_drought_is_waited_out() -> None:
+    # spot gone for eight days: the only offering refuses launch after launch (one probe per
+    # ten minutes, over a thousand in a row) and the loop keeps going until spot is back
+    market = _market(up_ticks=0, down_ticks=6 * 24 * 8)
+    job = _job("patient", 0.0, hours=2, deadline_hours=24 * 10, tier=Tier.P3)
+    spot_only = dataclasses.replace(_catalog(), offerings=(_catalog().offerings[0],))
+    run = simulate([Arrival(job.submitted_at, job)], spot_only, market, start=T0, end=_at(24 * 10))
+    misses = [
+        a for a in run.store.attempts("patient") if (a.exit_reason or "").startswith("capacity")
+    ]
+    assert len(misses) > 1100
+    assert run.store.job("patient").state is S.SUCCEEDED
+    assert run.store.attempts("patient")[-1].started_at >= _at(24 * 8)

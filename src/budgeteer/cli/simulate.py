@@ -30,8 +30,7 @@ def simulate_command(
 ) -> None:
     """Replay a scenario's quarter of retraining with the service's own loop, per policy."""
     from budgeteer.sim import metrics  # noqa: PLC0415 - keeps the other commands light
-    from budgeteer.sim.policies import POLICY_NAMES, policy_named  # noqa: PLC0415
-    from budgeteer.sim.run import simulate  # noqa: PLC0415
+    from budgeteer.sim.policies import POLICY_NAMES  # noqa: PLC0415
     from budgeteer.sim.scenario import build, load_scenario  # noqa: PLC0415
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -65,17 +64,7 @@ def simulate_command(
             def on_day(at: Any, task: Any = task) -> None:
                 progress.update(task, completed=(at - built.start).total_seconds() / 86400)
 
-            run = simulate(
-                built.arrivals,
-                built.catalog,
-                built.market,
-                start=built.start,
-                end=built.end,
-                budgets=built.budgets,
-                policy=policy_named(name, built.policy, built.gpu_quotas),
-                fails=built.gate_failures,
-                on_day=on_day,
-            )
+            run = built.run(name, on_day)
             progress.update(task, completed=days)
             results[name] = metrics.summary(run, built)
             if report is not None:

@@ -81,6 +81,14 @@ SHUTDOWN_REASON = "service shutdown: checkpoint and resume on restart"
 #: Backoff after a failed run or a full offering: doubling from 30 s, at most 10 min (clock).
 RETRY_BASE_SECONDS = 30.0
 RETRY_MAX_SECONDS = 600.0
+
+
+def backoff_seconds(tries: int) -> float:
+    """The wait after the ``tries``-th failure in a row: 30 s doubling, at most 10 min — for
+    any count (an offering may refuse thousands of times through a spot drought)."""
+    return min(RETRY_BASE_SECONDS * 2.0 ** min(max(tries - 1, 0), 32), RETRY_MAX_SECONDS)
+
+
 _PATH_TO_PROVISIONING = {
     S.SUBMITTED: (S.QUEUED, S.PROVISIONING),
     S.WAITING: (S.QUEUED, S.PROVISIONING),
@@ -321,7 +329,7 @@ class Scheduler:
                 if (a.exit_reason or "").startswith(RunState.FAILED.value)
             )
             if failures <= job.retries:
-                delay = min(RETRY_BASE_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
+                delay = backoff_seconds(failures)
                 self._not_before[job.id] = at + timedelta(seconds=delay)
                 self.store.transition(
                     job.id,
@@ -727,7 +735,7 @@ class Scheduler:
             self.store.end_attempt(attempt.id, at=now, exit_reason=f"capacity: {exc}")
             previous = self._full.get(offering.id)
             misses = 1 + (previous[2] if previous is not None else 0)
-            delay = min(RETRY_BASE_SECONDS * 2 ** (misses - 1), RETRY_MAX_SECONDS)
+            delay = backoff_seconds(misses)
             until = now + timedelta(seconds=delay)
             if exc.retry_at is not None and exc.retry_at > now:
                 # the backend knows when room comes back (a pool's calendar): wait for it, and

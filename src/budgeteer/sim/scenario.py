@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Callable
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,7 +50,8 @@ from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
 from budgeteer.sim.cron import CronError, cron_times, parse_cron
-from budgeteer.sim.run import Arrival
+from budgeteer.sim.policies import policy_named
+from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
@@ -287,6 +289,21 @@ class Built:
     arrivals: tuple[Arrival, ...]
     gate_failures: frozenset[str]  # job ids whose validation gate fails
     pipeline_runs: dict[str, tuple[str, ...]]  # a gate's job id → its run's job ids
+
+    def run(self, policy: str, on_day: Callable[[datetime], None] | None = None) -> SimRun:
+        """Simulate this scenario under the policy named ``policy`` (see
+        :mod:`budgeteer.sim.policies`)."""
+        return simulate(
+            self.arrivals,
+            self.catalog,
+            self.market,
+            start=self.start,
+            end=self.end,
+            budgets=self.budgets,
+            policy=policy_named(policy, self.policy, self.gpu_quotas),
+            fails=self.gate_failures,
+            on_day=on_day,
+        )
 
     @property
     def start(self) -> datetime:
