@@ -201,9 +201,11 @@ def test_a_job_held_for_budget_is_parked_until_something_could_admit_it() -> Non
     backend = SimBackend(kernel, _market(500, 0), store, dict(catalog.throughput))
     sched = Scheduler(store, backend, catalog, SimClock(kernel), Path("/nonexistent"))
     spec = {"id": "growth", "scope": {"team": "growth"}, "limit_usd": "5"}
-    store.put_budget(spec, create=True)  # P2 may bring spend to $4; the job costs ~$6
-    job = _job("big", 0.0, hours=2, spot=False)
-    store.submit([job], at=T0)
+    store.put_budget(spec, create=True)  # P2 may bring spend to $4; "big" costs ~$6
+    big = _job("big", 0.0, hours=2, spot=False, seq=0)
+    small = _job("small", 0.0, hours=0.5, spot=False, seq=1)  # growth: ~$1.60, ends ~0.53 h
+    other = _job("other", 0.0, hours=0.25, spot=False, seq=2, team="search")  # ends ~0.28 h
+    store.submit([big, small, other], at=T0)
 
     def plan_at(hours: float) -> Plan:
         kernel.run(until=_at(hours))
@@ -215,15 +217,19 @@ def test_a_job_held_for_budget_is_parked_until_something_could_admit_it() -> Non
     hold = first.hold("big")
     assert hold is not None
     assert hold.reason is HoldReason.BUDGET
-    # nothing happened since: parked, not planned (no hold, no admission)
-    assert plan_at(0.5).hold("big") is None
-    assert not plan_at(0.9).admissions
-    # an hour after it was parked it is planned again, and parked again
-    assert plan_at(1.0).hold("big") is not None
-    assert plan_at(1.2).hold("big") is None
+    assert {a.job_id for a in first.admissions} == {"small", "other"}
+    # another team's job ended: nothing that could admit "big"; it stays parked, unplanned
+    assert plan_at(0.4).hold("big") is None
+    assert store.job("other").state is S.SUCCEEDED  # (seen by that cycle)
+    # a job under the same budget ended: spend changed, so "big" is planned (and parked) again
+    assert plan_at(0.6).hold("big") is not None
+    assert plan_at(0.9).hold("big") is None
+    # an hour after it was parked it is planned again whatever happened
+    assert plan_at(1.6).hold("big") is not None
+    assert plan_at(1.8).hold("big") is None
     # a budget change wakes it at once: now it fits and starts
     store.put_budget({**spec, "limit_usd": "50"}, create=False)
-    assert [a.job_id for a in plan_at(1.3).admissions] == ["big"]
+    assert [a.job_id for a in plan_at(1.9).admissions] == ["big"]
 
 
 def test_the_planner_sees_the_spot_price_in_force_refreshed_hourly() -> None:

@@ -60,6 +60,7 @@ from budgeteer.backends.base import (
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Allocation, HoldReason, Placement, Plan, Policy, Snapshot, plan_cycle
+from budgeteer.core.admit import hold_budgets
 from budgeteer.core.control import (
     EARLY_STOP_PREFIX,
     SCALE_PREFIX,
@@ -162,7 +163,9 @@ class Scheduler:
         self._read: dict[int, int] = {}  # bytes of the progress file already read
         self._stopping: set[int] = set()  # attempts asked to stop by runtime control
         self._paths: dict[str, Path] = {}  # progress file per job
-        self._parked: dict[str, datetime] = {}  # held job → planned again no later than this
+        # a held job → planned again no later than this, or as soon as an attempt of a job that
+        # shares its blocking budgets (or, held for quota, its team) ends
+        self._parked: dict[str, tuple[datetime, frozenset[str]]] = {}
         self._in_force: tuple[Offering, ...] = catalog.offerings  # spot at the prices in force
         self._priced_at: datetime | None = None
 
@@ -173,11 +176,11 @@ class Scheduler:
             self._adopt()
             self._adopted = True
         self._reconcile(report)
-        snapshot = self.snapshot()
+        self._store_budgets()  # a budget change wakes every parked job before the snapshot
         if self._parked:
-            now = snapshot.now
-            self._parked = {j: t for j, t in self._parked.items() if t > now}
-            snapshot = dataclasses.replace(snapshot, parked=frozenset(self._parked))
+            now = self.clock.now()
+            self._parked = {j: p for j, p in self._parked.items() if p[0] > now}
+        snapshot = self.snapshot(frozenset(self._parked))
         plan = plan_cycle(snapshot, self.policy)
         self._apply(plan, report, {j.id: j for j in snapshot.jobs})
         report.plan = plan
@@ -271,6 +274,16 @@ class Scheduler:
             if not adopted:
                 self._requeue(job, now)
 
+    def _wake_parked(self, job: Job) -> None:
+        """An attempt of ``job`` ended: plan again the parked jobs it could make room for —
+        those held by a budget that covers it, or held for quota in its team."""
+        if not self._parked:
+            return
+        keys = {f"team:{job.team}"} | {
+            f"budget:{b.id}" for b in self.budgets + self._budget_cache[1] if b.covers(job)
+        }
+        self._parked = {j: p for j, p in self._parked.items() if not p[1] & keys}
+
     def _requeue(self, job: Job, now: datetime) -> None:
         path = {
             S.RUNNING: (S.PREEMPTED, S.QUEUED),
@@ -302,7 +315,7 @@ class Scheduler:
                     self._control(live, job, now)
                 continue
             del self._live[attempt_id]
-            self._parked.clear()  # spend and capacity changed: plan held jobs again
+            self._wake_parked(job)  # its spend and capacity changed
             self.store.end_attempt(
                 attempt_id, at=until, exit_reason=f"{status.state.value}: {status.reason}"
             )
@@ -442,10 +455,11 @@ class Scheduler:
         self.backend.stop(live.handle, cause)
 
     # -- 2. snapshot ------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        """The frozen world the next plan would see (also read by the API's ``explain``)."""
+    def snapshot(self, parked: frozenset[str] = frozenset()) -> Snapshot:
+        """The frozen world the next plan would see (also read by the API's ``explain``), with
+        ``parked`` jobs left out of planning (their attempts are not even read)."""
         stored = self.store.jobs(LIVE_STATES)
-        pending = {j.id for j in stored if j.state.is_pending}
+        pending = {j.id for j in stored if j.state.is_pending and j.id not in parked}
         # finished jobs matter only to the jobs that depend on them
         known = {j.id for j in stored}
         upstream = {d.job for j in stored if j.id in pending for d in j.depends_on} - known
@@ -483,6 +497,7 @@ class Scheduler:
             spend=self._spend(jobs, budgets, now),
             running=running,
             capacity_back=tuple(sorted((o, t) for o, t in self._back.items() if t > now)),
+            parked=parked,
         )
 
     def _offerings_in_force(self, now: datetime) -> tuple[Offering, ...]:
@@ -550,7 +565,7 @@ class Scheduler:
         if specs != self._budget_cache[0]:
             parsed = tuple(budget_from_spec(BudgetSpec.model_validate(s)) for s in specs)
             self._budget_cache = (specs, parsed)
-            self._parked.clear()  # limits or thresholds changed: plan held jobs again
+            self._parked.clear()  # limits or thresholds changed: plan every held job again
         return self._budget_cache[1]
 
     def _as_planned(self, job: Job, attempts: Sequence[Attempt]) -> Job:
@@ -650,9 +665,10 @@ class Scheduler:
         nothing moved them since).
 
         Jobs held for budget or quota are *parked* (like Kueue's inadmissible workloads): left
-        out of planning until something happens that could admit them — an attempt ends (spend
-        and capacity change), the budgets change, the hold's own wake time (a period reset) or
-        the job's deadline comes — and at least every ``park_seconds``."""
+        out of planning until something happens that could admit them — an attempt ends of a
+        job covered by a budget that blocks them (or, for quota, of their team), the budgets
+        change, the hold's own wake time (a period reset) or the job's deadline comes — and at
+        least every ``park_seconds``."""
         now = self.clock.now()
         for failure in plan.dependency_failures:
             self.store.transition(
@@ -674,7 +690,12 @@ class Scheduler:
                 for t in (hold.wake_at, job.deadline):
                     if t is not None and now < t < until:
                         until = t
-                self._parked[job.id] = until
+                keys = (
+                    {f"budget:{b}" for b in hold_budgets(hold)}
+                    if hold.reason is HoldReason.BUDGET
+                    else {f"team:{job.team}"}
+                )
+                self._parked[job.id] = (until, frozenset(keys))
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
             if state is S.SUBMITTED or (state is S.QUEUED and target is S.HELD):
                 self.store.transition(hold.job_id, target, at=now, cause=hold.message)
