@@ -37,22 +37,26 @@ class BudgetTally:
     tiers: set[Tier] = field(default_factory=set)
     allowance: dict[Tier, float] = field(default_factory=dict)
     base_usd: float = 0.0  # accrued plus committed: spend the plan cannot change
-    # what hold messages say of each tier: "may bring budget B to $A (S% of $L)", and $A
-    may_bring: dict[Tier, tuple[str, str]] = field(default_factory=dict)
+    _texts: dict[Tier, tuple[str, str]] = field(default_factory=dict)  # see may_bring
 
     def __post_init__(self) -> None:
-        exact = {t: self.budget.allowance_usd(t) for t in Tier}
-        b = self.budget
-        self.may_bring = {
-            t: (
-                f"{t.name} may bring budget {b.id} to ${a:,.2f} "
-                f"({b.threshold(t):.0%} of ${b.limit_usd:,.2f})",
+        allowance = self.budget.allowance_usd
+        self.allowance = {t: float(allowance(t)) for t in Tier}
+        self.base_usd = float(self.accrued_usd) + self.committed_usd
+
+    def may_bring(self, tier: Tier) -> tuple[str, str]:
+        """What a budget hold says of ``tier`` ("P3 may bring budget B to $A (S% of $L)") and
+        the allowance as text, from the exact decimals (made once, on the first hold)."""
+        text = self._texts.get(tier)
+        if text is None:
+            b = self.budget
+            a = b.allowance_usd(tier)
+            text = self._texts[tier] = (
+                f"{tier.name} may bring budget {b.id} to ${a:,.2f} "
+                f"({b.threshold(tier):.0%} of ${b.limit_usd:,.2f})",
                 f"{a:.2f}",
             )
-            for t, a in exact.items()
-        }
-        self.allowance = {t: float(a) for t, a in exact.items()}
-        self.base_usd = float(self.accrued_usd) + self.committed_usd
+        return text
 
     def room_usd(self, tier: Tier) -> float:
         """What admissions of ``tier`` may still add."""
@@ -203,7 +207,7 @@ def _budget_hold(
     blocking = [t for t, room in zip(covering, rooms, strict=True) if cost > room]
     tier = job.tier
     tight = min(blocking, key=lambda t: t.room_usd(tier) - cost)
-    may_bring, allowance = tight.may_bring[tier]
+    may_bring, allowance = tight.may_bring(tier)
     projected = tight.base_usd + tight.planned_usd
     message = (
         f"{may_bring}; projected ${projected:,.2f} + "
