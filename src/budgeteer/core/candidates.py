@@ -137,12 +137,13 @@ def _front(
     policy: Policy,
     variant: Variant,
     due: Mapping[str, datetime],
+    timeless: bool = False,
 ) -> tuple[list[Front], FloatArray, IntArray, FloatArray, FloatArray]:
     """Each job's front; also its fastest finish, the placement giving it, its cheapest
     deadline-meeting cost (to explain infeasibility) and its slowest reliable finish (a
     deadline at least that far away rules nothing out)."""
     now = snapshot.now
-    deadlines = [due.get(j.id, j.deadline) for j in jobs]
+    deadlines = [None if timeless else due.get(j.id, j.deadline) for j in jobs]
     horizon = np.array(
         [[(d - now).total_seconds() / 3600.0 if d is not None else math.inf] for d in deadlines]
     )
@@ -185,8 +186,9 @@ def _front(
         np.concatenate([np.full((shape[0], 1), math.inf), f_unlimited[:, :-1]], axis=1), axis=1
     )
     on_front = np.isfinite(f_sorted) & (f_sorted < prev_best)
-    keep = on_front & (np.cumsum(on_front, axis=1) <= policy.max_front)
-    width = max(1, min(policy.max_front, shape[1]))
+    limit = shape[1] if timeless else policy.max_front  # timeless: the whole front, uncut
+    keep = on_front & (np.cumsum(on_front, axis=1) <= limit)
+    width = max(1, min(limit, shape[1]))
     pick = np.argsort(~keep, axis=1, kind="stable")[:, :width]
     cols = np.take_along_axis(order, pick, axis=1)
     valid = np.take_along_axis(keep, pick, axis=1)
@@ -254,12 +256,36 @@ class _Priced:
     cheapest: float
 
 
-#: Priced fronts per (placements, variant, policy, the job's work and limits), reused across
-#: cycles while the job's deadline is at least its slowest reliable finish away — then no
-#: placement is ruled out by time and the front does not depend on the clock. A memo of a pure
+#: Each job's whole front with no deadline (``timeless``), per (placements, variant, policy,
+#: the job's work and limits), reused across cycles: a deadline ``h`` hours away only drops the
+#: points finishing later than ``h`` — a point's standing depends only on cheaper points that
+#: finish sooner, which a deadline it meets keeps too — so the front at ``h`` is the timeless
+#: front's points with finish ≤ ``h``, cut to ``Policy.max_front``, exactly. A memo of a pure
 #: function, bounded, thread-safe (shares the configs memo's lock); jobs with equal work share.
-_PRICED: OrderedDict[tuple[object, ...], tuple[Configs, object, float, _Priced]] = OrderedDict()
+_PRICED: OrderedDict[tuple[object, ...], tuple[Configs, object, _Priced]] = OrderedDict()
 _PRICED_SIZE = 8192
+
+
+def _cut(timeless: _Priced, horizon: float, max_front: int) -> _Priced | None:
+    """The front at ``horizon`` hours from a timeless one (``None`` when nothing meets it:
+    the caller prices the job directly to explain why)."""
+    full = timeless.front
+    keep = np.flatnonzero(full.finish_hours[: full.size] <= horizon)[:max_front]
+    if keep.size == 0:
+        return None
+    front = Front(
+        full.configs,
+        full.variant,
+        full.config[keep],
+        full.cost_usd[keep],
+        full.cost_std_usd[keep],
+        full.finish_hours[keep],
+        full.runtime_hours[keep],
+        full.runtime_std_hours[keep],
+        full.egress_usd[keep],
+        int(keep.size),
+    )
+    return _Priced(front, timeless.fastest, timeless.fastest_col, float(front.cost_usd[0]))
 
 
 def _priced(
@@ -271,26 +297,19 @@ def _priced(
     variant: Variant,
     due: Mapping[str, datetime],
 ) -> list[_Priced]:
-    """Each job's :class:`_Priced` for ``variant``: from the memo where it holds, else priced
-    in one vectorised pass (see :func:`_front`)."""
+    """Each job's :class:`_Priced` for ``variant``: cut from its memoised timeless front where
+    that leaves a point, else priced in one vectorised pass (see :func:`_front`)."""
     now = snapshot.now
     if _waits(snapshot, configs) is not None:  # finishes depend on the clock: no memo
-        fronts, fastest, col, cheapest, _ = _front(
-            snapshot, jobs, configs, throughput, policy, variant, due
-        )
-        return [
-            _Priced(f, float(h), int(c), float(u))
-            for f, h, c, u in zip(fronts, fastest, col, cheapest, strict=True)
-        ]
-    found: list[_Priced | None] = []
-    keys: list[tuple[object, ...]] = []
+        return _direct(snapshot, jobs, configs, throughput, policy, variant, due)
+    found: list[_Priced | None] = [None] * len(jobs)
     horizons: list[float] = []
-    misses: list[int] = []
+    missing: dict[tuple[object, ...], list[int]] = {}
     with _MEMO_LOCK:
         for row, job in enumerate(jobs):
             deadline = due.get(job.id, job.deadline)
-            horizon = (deadline - now).total_seconds() / 3600.0 if deadline else math.inf
-            key = (
+            horizons.append((deadline - now).total_seconds() / 3600.0 if deadline else math.inf)
+            key: tuple[object, ...] = (
                 id(configs),
                 id(snapshot.egress),
                 variant,
@@ -303,32 +322,57 @@ def _priced(
                 job.data,
             )
             hit = _PRICED.get(key)
-            if (
-                hit is not None
-                and hit[0] is configs
-                and hit[1] is snapshot.egress
-                and horizon >= hit[2]
-            ):
+            if hit is not None and hit[0] is configs and hit[1] is snapshot.egress:
                 _PRICED.move_to_end(key)
-                found.append(hit[3])
+                found[row] = _cut(hit[2], horizons[row], policy.max_front)
             else:
-                found.append(None)
-                misses.append(row)
-            keys.append(key)
-            horizons.append(horizon)
-    if misses:
-        fronts, fastest, col, cheapest, slowest = _front(
-            snapshot, [jobs[r] for r in misses], configs, throughput, policy, variant, due
+                missing.setdefault(key, []).append(row)
+    if missing:
+        firsts = [rows[0] for rows in missing.values()]
+        fronts, fastest, col, _, _ = _front(
+            snapshot,
+            [jobs[r] for r in firsts],
+            configs,
+            throughput,
+            policy,
+            variant,
+            due,
+            timeless=True,
         )
         with _MEMO_LOCK:
-            for i, row in enumerate(misses):
-                priced = _Priced(fronts[i], float(fastest[i]), int(col[i]), float(cheapest[i]))
-                found[row] = priced
-                if horizons[row] >= slowest[i]:  # time ruled nothing out: valid while so
-                    _PRICED[keys[row]] = (configs, snapshot.egress, float(slowest[i]), priced)
+            for i, (missed, rows) in enumerate(missing.items()):
+                timeless = _Priced(fronts[i], float(fastest[i]), int(col[i]), math.inf)
+                _PRICED[missed] = (configs, snapshot.egress, timeless)
+                for row in rows:
+                    found[row] = _cut(timeless, horizons[row], policy.max_front)
             while len(_PRICED) > _PRICED_SIZE:
                 _PRICED.popitem(last=False)
+    empty = [row for row, p in enumerate(found) if p is None]
+    if empty:  # nothing meets the deadline: price directly for the numbers that explain it
+        direct = _direct(
+            snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due
+        )
+        for row, p in zip(empty, direct, strict=True):
+            found[row] = p
     return [p for p in found if p is not None]
+
+
+def _direct(
+    snapshot: Snapshot,
+    jobs: Sequence[Job],
+    configs: Configs,
+    throughput: dict[str, float],
+    policy: Policy,
+    variant: Variant,
+    due: Mapping[str, datetime],
+) -> list[_Priced]:
+    fronts, fastest, col, cheapest, _ = _front(
+        snapshot, jobs, configs, throughput, policy, variant, due
+    )
+    return [
+        _Priced(f, float(h), int(c), float(u))
+        for f, h, c, u in zip(fronts, fastest, col, cheapest, strict=True)
+    ]
 
 
 #: Pruned placements per (offerings, throughput, resource shape, policy), reused across cycles:
