@@ -10,12 +10,14 @@ import copy
 import dataclasses
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budgeteer.core import HoldReason, Plan, Policy, Snapshot, SolverChoice, plan_cycle
+from budgeteer.core import candidates as candidates_module
 from budgeteer.core.admit import admit, budget_tallies
 from budgeteer.core.candidates import nominate
 from budgeteer.core.order import order_queue
@@ -318,3 +320,33 @@ def test_reference_agrees_with_a_hand_computed_case() -> None:
     job = make_job(hours=10)
     snap = make_snapshot([job], [make_offering(price=4.0, startup_seconds=360)])
     assert cheapest_feasible(job, snap, 10) == 40.4
+
+
+@SETTINGS
+@given(snapshots(), st.floats(0.0, 48.0))
+def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(snap: Snapshot, hours: float) -> None:
+    policy = Policy()
+    ready = [j for j in snap.jobs if j.state.is_pending]
+    nominate(snap, ready, policy)  # fills the memo of timeless fronts
+    later = dataclasses.replace(snap, now=snap.now + timedelta(hours=hours))
+    cut = nominate(later, ready, policy)  # the same offerings: cut from the memo
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(candidates_module, "_priced", candidates_module._direct)
+        fresh = nominate(later, ready, policy)
+    assert cut.keys() == fresh.keys()
+    for job_id, c in cut.items():
+        f = fresh[job_id]
+        assert (c.infeasible, c.late, c.due) == (f.infeasible, f.late, f.due)
+        for a, b in ((c.full, f.full), (c.incremental, f.incremental)):
+            assert (a is None) == (b is None)
+            if a is None or b is None:
+                continue
+            n = a.size
+            assert n == b.size
+            for x, y in (
+                (a.config, b.config),
+                (a.cost_usd, b.cost_usd),
+                (a.finish_hours, b.finish_hours),
+                (a.runtime_std_hours, b.runtime_std_hours),
+            ):
+                assert x[:n].tolist() == y[:n].tolist()
