@@ -148,7 +148,6 @@ class Scheduler:
         self._book_entries = 0  # ledger entries folded into the book
         self._teams: dict[str, tuple[str, str | None]] = {}
         self._store_done: dict[str, tuple[int, float]] = {}  # job → (last report id, share done)
-        self._history_memo: dict[str, tuple[int, bool, int | None]] = {}  # job → (attempts, …)
         self._planned_memo: dict[str, tuple[tuple[object, ...], Job]] = {}
         self.policy = policy or Policy()
         self._live: dict[int, _Live] = {}
@@ -629,11 +628,7 @@ class Scheduler:
         the workers a scale-up asked for."""
         if not job.state.is_pending or not attempts:
             return job
-        memo = self._history_memo.get(job.id)
-        if memo is None or memo[0] != len(attempts):
-            memo = (len(attempts), *self._history_effects(job, attempts))
-            self._history_memo[job.id] = memo
-        _, no_spot, floor = memo
+        no_spot, floor = self._history_effects(job, attempts)  # memoised by _as_planned
         if no_spot:
             job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
         if floor is not None:
