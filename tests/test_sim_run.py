@@ -199,7 +199,9 @@ def test_a_job_held_for_budget_is_parked_until_something_could_admit_it() -> Non
     store = MemoryStore()
     catalog = _catalog()
     backend = SimBackend(kernel, _market(500, 0), store, dict(catalog.throughput))
-    sched = Scheduler(store, backend, catalog, SimClock(kernel), Path("/nonexistent"))
+    sched = Scheduler(
+        store, backend, catalog, SimClock(kernel), Path("/nonexistent"), park_seconds=3600
+    )
     spec = {"id": "growth", "scope": {"team": "growth"}, "limit_usd": "5"}
     store.put_budget(spec, create=True)  # P2 may bring spend to $4; "big" costs ~$6
     big = _job("big", 0.0, hours=2, spot=False, seq=0)
@@ -256,6 +258,56 @@ def test_the_planner_sees_the_spot_price_in_force_refreshed_hourly() -> None:
     kernel.run(until=_at(1.0))
     assert spot_price(sched) == billed(_at(1.0))
     assert spot_price(fixed) == 1.0  # refresh off: the catalog's price
+
+
+def _scheduler_on(prices: list[float]) -> tuple[Kernel, MemoryStore, Scheduler]:
+    """A loop over spot that is always up, at ``prices`` (one per ten-minute tick)."""
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    catalog = _catalog()
+    market = TraceMarket(
+        np.ones(len(prices), dtype=bool), GAP, T0, prices=np.array(prices), source="trace"
+    )
+    backend = SimBackend(kernel, market, store, dict(catalog.throughput))
+    return kernel, store, Scheduler(store, backend, catalog, SimClock(kernel), Path("/x"))
+
+
+def test_a_price_move_under_one_percent_is_not_planned_with() -> None:
+    kernel, _, sched = _scheduler_on([1.00] * 6 + [0.995] * 6 + [0.97] * 12)
+
+    def spot_price() -> float:
+        return next(o for o in sched.snapshot().offerings if o.id == SPOT).usd_per_hour
+
+    first = sched.snapshot().offerings
+    assert spot_price() == 1.00
+    kernel.run(until=_at(1.0))  # the market moved by 0.5%: plans keep the price (and memos)
+    assert sched.snapshot().offerings is first
+    kernel.run(until=_at(2.0))  # by 3%: taken up
+    assert spot_price() == 0.97
+
+
+def test_a_budget_hold_wakes_when_spot_falls_enough_for_its_cheapest_plan_only() -> None:
+    # $5 budget, P2 may bring it to $4; "big" (5 reference hours, spot) costs ~$5.4 at $1/h.
+    # At $0.95/h (−5%) no plan of it can fit: it stays parked. At $0.50/h it fits and runs.
+    kernel, store, sched = _scheduler_on([1.0] * 6 + [0.95] * 6 + [0.5] * 24)
+    store.put_budget({"id": "growth", "scope": {"team": "growth"}, "limit_usd": "5"}, create=True)
+    store.submit([_job("big", 0.0, hours=5)], at=T0)
+
+    def plan_at(hours: float) -> Plan:
+        kernel.run(until=_at(hours))
+        plan = sched.cycle().plan
+        assert plan is not None
+        return plan
+
+    hold = plan_at(0.0).hold("big")
+    assert hold is not None
+    assert hold.reason is HoldReason.BUDGET
+    assert plan_at(0.5).hold("big") is None  # parked
+    fell_a_little = plan_at(1.0)
+    assert next(o for o in sched.snapshot().offerings if o.id == SPOT).usd_per_hour == 0.95
+    assert fell_a_little.hold("big") is None  # still parked: −5% cannot make it fit
+    assert not fell_a_little.admissions
+    assert [a.job_id for a in plan_at(2.0).admissions] == ["big"]  # −50%: woken, fits
 
 
 def test_backoff_doubles_to_ten_minutes_for_any_number_of_misses() -> None:

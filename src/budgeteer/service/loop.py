@@ -129,12 +129,14 @@ class Scheduler:
         budgets: Sequence[Budget] = (),
         policy: Policy | None = None,
         job_env: Callable[[str], Mapping[str, str]] | None = None,
-        park_seconds: float = 3600.0,
+        park_seconds: float = 14400.0,
         price_refresh_seconds: float = 3600.0,
+        price_tolerance: float = 0.01,
     ) -> None:
         self.store = store
         self.park_seconds = park_seconds  # 0: plan every held job every cycle
         self.price_refresh_seconds = price_refresh_seconds  # 0: plan at catalog prices
+        self.price_tolerance = price_tolerance  # plan again on a price move at least this large
         self.backend = backend
         self.catalog = catalog
         self.clock = clock
@@ -164,7 +166,7 @@ class Scheduler:
         self._paths: dict[str, Path] = {}  # progress file per job
         # a held job → planned again no later than this, or as soon as an attempt of a job that
         # shares its blocking budgets (or, held for quota, its team) ends
-        self._parked: dict[str, tuple[datetime, frozenset[str]]] = {}
+        self._parked: dict[str, _Parked] = {}
         self._in_force: tuple[Offering, ...] = catalog.offerings  # spot at the prices in force
         self._priced_at: datetime | None = None
 
@@ -176,9 +178,10 @@ class Scheduler:
             self._adopted = True
         self._reconcile(report)
         self._store_budgets()  # a budget change wakes every parked job before the snapshot
+        now = self.clock.now()
+        self._offerings_in_force(now)  # and so does a spot price that fell
         if self._parked:
-            now = self.clock.now()
-            self._parked = {j: p for j, p in self._parked.items() if p[0] > now}
+            self._parked = {j: p for j, p in self._parked.items() if p.until > now}
         snapshot = self.snapshot(frozenset(self._parked))
         plan = plan_cycle(snapshot, self.policy)
         self._apply(plan, report, {j.id: j for j in snapshot.jobs})
@@ -281,7 +284,7 @@ class Scheduler:
         keys = {f"team:{job.team}"} | {
             f"budget:{b.id}" for b in self.budgets + self._budget_cache[1] if b.covers(job)
         }
-        self._parked = {j: p for j, p in self._parked.items() if not p[1] & keys}
+        self._parked = {j: p for j, p in self._parked.items() if not p.keys & keys}
 
     def _requeue(self, job: Job, now: datetime) -> None:
         path = {
@@ -501,8 +504,11 @@ class Scheduler:
 
     def _offerings_in_force(self, now: datetime) -> tuple[Offering, ...]:
         """The catalog with each spot offering at the price the backend bills now, looked up
-        at most every ``price_refresh_seconds`` (a price feed's cadence). The tuple is only
-        replaced when a price changed, so the core's memo of placements keeps its entries."""
+        at most every ``price_refresh_seconds`` (a price feed's cadence). A price is taken up when
+        it moved by ``price_tolerance`` (1%) or more from the one plans are made at — finer moves
+        are far inside a plan's own uncertainty — and the tuple is only replaced then, so the
+        core's memos of placements and fronts keep their entries. The ledger always bills the
+        exact price."""
         if self.price_refresh_seconds <= 0:
             return self.catalog.offerings
         if (
@@ -512,11 +518,12 @@ class Scheduler:
             return self._in_force
         self._priced_at = now
         fresh: list[Offering] = []
-        changed = False
+        changed = cheaper = False
         for current in self._in_force:
             if current.market is Market.SPOT:
                 price, source = self.backend.price(current, now)
-                if float(price) != current.usd_per_hour:  # a new source alone changes nothing
+                if _moved(float(price), current.usd_per_hour, self.price_tolerance):
+                    cheaper = cheaper or float(price) < current.usd_per_hour
                     current = dataclasses.replace(  # noqa: PLW2901
                         current, price=Price(float(price), source, now)
                     )
@@ -524,7 +531,35 @@ class Scheduler:
             fresh.append(current)
         if changed:
             self._in_force = tuple(fresh)
+        if cheaper:
+            self._wake_on_prices()
         return self._in_force
+
+    def _wake_on_prices(self) -> None:
+        """Spot prices fell: plan again the jobs held for budget whose cheapest plan could now
+        fit. A plan's cost is its hours times the price plus egress, so no plan of a job costs
+        less than its cheapest plan at park time times the largest fall of any price since: a
+        job whose room is smaller than that stays parked (prices that rose change nothing)."""
+        now_price = {o.id: o.usd_per_hour for o in self._in_force}
+        fall: dict[int, float] = {}  # per price list seen at park time: the largest fall
+        woken: list[str] = []
+        for job_id, p in self._parked.items():
+            if p.prices is None:  # a quota hold: prices do not matter
+                continue
+            ratio = fall.get(id(p.prices))
+            if ratio is None:
+                ratio = fall[id(p.prices)] = min(
+                    (
+                        now_price[o.id] / o.usd_per_hour
+                        for o in p.prices
+                        if o.market is Market.SPOT and o.usd_per_hour > 0
+                    ),
+                    default=1.0,
+                )
+            if p.cheapest_usd * ratio <= p.room_usd + _CENT:
+                woken.append(job_id)
+        for job_id in woken:
+            del self._parked[job_id]
 
     def _spend(
         self, jobs: Sequence[Job], budgets: Sequence[Budget], now: datetime
@@ -677,6 +712,7 @@ class Scheduler:
                 cause=f"{expiry.message} (on_deadline_miss: cancel)",
             )
         park = self.park_seconds > 0
+        plan_prices = self._in_force  # the prices the plan was made at (see _wake_on_prices)
         for hold in plan.holds:
             job = jobs[hold.job_id]
             state = job.state
@@ -685,12 +721,17 @@ class Scheduler:
                 for t in (hold.wake_at, job.deadline):
                     if t is not None and now < t < until:
                         until = t
-                keys = (
-                    {f"budget:{b}" for b in hold_budgets(hold)}
-                    if hold.reason is HoldReason.BUDGET
-                    else {f"team:{job.team}"}
-                )
-                self._parked[job.id] = (until, frozenset(keys))
+                if hold.reason is HoldReason.BUDGET:
+                    d = dict(hold.details)
+                    self._parked[job.id] = _Parked(
+                        until,
+                        frozenset(f"budget:{b}" for b in hold_budgets(hold)),
+                        plan_prices,
+                        float(d["cheapest_plan_usd"]),
+                        float(d["allowance_usd"]) - float(d["projected_usd"]),
+                    )
+                else:
+                    self._parked[job.id] = _Parked(until, frozenset({f"team:{job.team}"}))
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
             if state is S.SUBMITTED or (state is S.QUEUED and target is S.HELD):
                 self.store.transition(hold.job_id, target, at=now, cause=hold.message)
@@ -772,6 +813,31 @@ class Scheduler:
         self._back.pop(offering.id, None)
         self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)
+
+
+def _moved(price: float, planned: float, tolerance: float) -> bool:
+    """A price differs enough from the one plans are made at to plan with it instead (a new
+    source alone changes nothing)."""
+    if planned <= 0:
+        return price != planned
+    return abs(price - planned) >= tolerance * planned
+
+
+_CENT = 0.01  # the rounding of the amounts in a hold's details
+
+
+@dataclass(frozen=True, slots=True)
+class _Parked:
+    """A held job left out of planning until ``until``, or until an attempt ends that holds
+    one of ``keys`` (``budget:ID`` covering it, ``team:NAME`` for quota); a budget hold also
+    wakes when spot prices fall far enough from ``prices`` (those of the plan that held it) for
+    its ``cheapest_usd`` plan to fit ``room_usd``."""
+
+    until: datetime
+    keys: frozenset[str]
+    prices: tuple[Offering, ...] | None = None
+    cheapest_usd: float = 0.0
+    room_usd: float = 0.0
 
 
 def _done_of(reports: Sequence[ProgressReport]) -> float:
