@@ -9,7 +9,7 @@ import pytest
 
 from budgeteer.core import Policy
 from budgeteer.core.control import ActionKind, Running, runtime_action
-from budgeteer.core.progress import Sample
+from budgeteer.core.progress import Sample, Trend
 from budgeteer.domain.job import SpotSettings, SwitchRule
 from budgeteer.domain.offering import Market
 from builders import NOW, make_job
@@ -35,7 +35,7 @@ def _run(
         early_stop=early_stop,
         spot=SpotSettings(allowed=True, switch_rules=rules),
     )
-    return Running(job, market, workers, NOW, samples, losses)
+    return Running(job, market, workers, NOW, Trend.of(samples), losses)
 
 
 @pytest.mark.parametrize(

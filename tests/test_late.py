@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from budgeteer.core import HoldReason, Policy, plan_cycle
 from budgeteer.core.control import Running, runtime_action
-from budgeteer.core.progress import Sample
+from budgeteer.core.progress import Sample, Trend
 from budgeteer.domain.job import DeadlineMiss, Job
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
@@ -85,7 +85,7 @@ def test_late_jobs_go_after_the_on_time_jobs_of_their_tier_and_before_lower_tier
 def test_a_job_started_after_its_deadline_is_not_moved_off_spot_for_it() -> None:
     job = make_job("j", deadline_hours=-1, submitted_hours_ago=5)
     slow = (Sample(NOW, 0, 100), Sample(NOW + timedelta(hours=1), 10, 100))  # ETA NOW + 10 h
-    started_late = Running(job, Market.SPOT, 1, NOW, slow, ())
+    started_late = Running(job, Market.SPOT, 1, NOW, Trend.of(slow), ())
     assert runtime_action(started_late, NOW + timedelta(hours=1), Policy()) is None
     # the same job started before its deadline is behind schedule and leaves spot
     started_early = dataclasses.replace(started_late, started_at=NOW - timedelta(hours=2))

@@ -25,7 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from budgeteer.core.policy import Policy
-from budgeteer.core.progress import Sample, behind_schedule, eta, loss_stalled, rule_fires
+from budgeteer.core.progress import Trend, loss_stalled, rule_fires
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market
 
@@ -60,7 +60,7 @@ class Running:
     market: Market
     workers: int
     started_at: datetime
-    samples: Sequence[Sample]
+    trend: Trend  # the progress seen (the latest sample, the smoothed step rate)
     losses: Sequence[float]
 
 
@@ -75,7 +75,7 @@ def runtime_action(run: Running, now: datetime, policy: Policy) -> RuntimeAction
             f"{patience} reports",
         )
     if run.market is Market.SPOT:
-        rule = rule_fires(policy.spot_rules_for(job).rules, run.started_at, now, run.samples)
+        rule = rule_fires(policy.spot_rules_for(job).rules, run.started_at, now, run.trend.last)
         if rule is not None:
             return RuntimeAction(
                 ActionKind.TO_ON_DEMAND,
@@ -103,8 +103,8 @@ def _late(run: Running, policy: Policy) -> str | None:
     if deadline is None or deadline <= run.started_at:
         return None
     margin = (deadline - run.job.submitted_at) * policy.deadline_margin_fraction
-    if not behind_schedule(run.samples, deadline, margin):
+    if not run.trend.behind(deadline, margin):
         return None
-    finish = eta(run.samples)
-    assert finish is not None  # behind_schedule needs an ETA
+    finish = run.trend.eta()
+    assert finish is not None  # behind needs an ETA
     return f"ETA {finish:%H:%M} is past the deadline {deadline:%H:%M} less margin"

@@ -9,15 +9,13 @@ and whether a stalled loss calls for an early stop.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from budgeteer.domain.job import SwitchRule
 
 RATE_SMOOTHING = 0.3  # weight of the newest rate sample
-RATE_WINDOW = 64  # samples looked at (0.7^63 ≈ 2e-10: the rest is below float noise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,44 +27,72 @@ class Sample:
     total: int
 
 
-def step_rate_per_second(samples: Sequence[Sample]) -> float | None:
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """Progress seen so far, folded one sample at a time: the latest sample and the smoothed
+    step rate — O(1) per sample however long an attempt runs (the supervisor keeps one per
+    running attempt and adds each new sample)."""
+
+    last: Sample | None = None
+    rate_per_second: float | None = None  # None until two samples with progress exist
+
+    @classmethod
+    def of(cls, samples: Iterable[Sample]) -> Trend:
+        trend = cls()
+        for sample in samples:
+            trend = trend.add(sample)
+        return trend
+
+    def add(self, sample: Sample) -> Trend:
+        """The trend with ``sample`` seen next: the rate between consecutive samples, smoothed
+        exponentially (the newest weighs :data:`RATE_SMOOTHING`); a pair without progress or
+        time between them leaves the rate as it was."""
+        a, rate = self.last, self.rate_per_second
+        if a is not None:
+            seconds = (sample.at - a.at).total_seconds()
+            if seconds > 0 and sample.step > a.step:
+                new = (sample.step - a.step) / seconds
+                rate = new if rate is None else RATE_SMOOTHING * new + (1 - RATE_SMOOTHING) * rate
+        return Trend(sample, rate)
+
+    def eta(self) -> datetime | None:
+        """When the job should finish at the smoothed rate, or ``None`` if unknown."""
+        last, rate = self.last, self.rate_per_second
+        if rate is None or last is None:
+            return None
+        return last.at + timedelta(seconds=max(0, last.total - last.step) / rate)
+
+    def behind(self, deadline: datetime | None, margin: timedelta) -> bool:
+        """True when the ETA passes the deadline minus ``margin``."""
+        finish = self.eta()
+        return deadline is not None and finish is not None and finish > deadline - margin
+
+
+def step_rate_per_second(samples: Iterable[Sample]) -> float | None:
     """Exponentially smoothed steps per second between consecutive samples (``None`` until
     two samples with progress exist)."""
-    rate: float | None = None
-    # older samples weigh (1 − RATE_SMOOTHING)^k: beyond the last RATE_WINDOW they do not count
-    for a, b in itertools.pairwise(samples[-RATE_WINDOW:]):
-        seconds = (b.at - a.at).total_seconds()
-        if seconds <= 0 or b.step <= a.step:
-            continue
-        sample = (b.step - a.step) / seconds
-        rate = sample if rate is None else RATE_SMOOTHING * sample + (1 - RATE_SMOOTHING) * rate
-    return rate
+    return Trend.of(samples).rate_per_second
 
 
-def eta(samples: Sequence[Sample]) -> datetime | None:
+def eta(samples: Iterable[Sample]) -> datetime | None:
     """When the job should finish at the smoothed rate, or ``None`` if unknown."""
-    rate = step_rate_per_second(samples)
-    if rate is None or not samples:
-        return None
-    last = samples[-1]
-    return last.at + timedelta(seconds=max(0, last.total - last.step) / rate)
+    return Trend.of(samples).eta()
 
 
 def behind_schedule(
-    samples: Sequence[Sample], deadline: datetime | None, margin: timedelta
+    samples: Iterable[Sample], deadline: datetime | None, margin: timedelta
 ) -> bool:
     """True when the ETA passes the deadline minus ``margin``."""
-    finish = eta(samples)
-    return deadline is not None and finish is not None and finish > deadline - margin
+    return Trend.of(samples).behind(deadline, margin)
 
 
 def rule_fires(
-    rules: Sequence[SwitchRule], started: datetime, now: datetime, samples: Sequence[Sample]
+    rules: Sequence[SwitchRule], started: datetime, now: datetime, last: Sample | None
 ) -> SwitchRule | None:
-    """The first switch rule whose condition holds (progress from the latest sample)."""
-    if not samples:
+    """The first switch rule whose condition holds (progress from the ``last`` sample)."""
+    if last is None:
         return None
-    done = samples[-1].step / samples[-1].total if samples[-1].total else 0.0
+    done = last.step / last.total if last.total else 0.0
     hours = (now - started).total_seconds() / 3600
     return next((r for r in rules if hours >= r.after_hours and done < r.if_progress_below), None)
 

@@ -68,7 +68,7 @@ from budgeteer.core.control import (
     Running,
     runtime_action,
 )
-from budgeteer.core.progress import Sample
+from budgeteer.core.progress import Sample, Trend
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import LIVE_STATES, Job, JobState
 from budgeteer.domain.offering import Market, Offering, Price
@@ -159,7 +159,7 @@ class Scheduler:
         # a full offering: no launch of ≥ n instances on it before this time (n, time, misses)
         self._full: dict[str, tuple[int, datetime, int]] = {}
         self._back: dict[str, datetime] = {}  # a full offering's room is back at this time
-        self._samples: dict[int, list[Sample]] = {}  # progress seen, per attempt
+        self._trends: dict[int, Trend] = {}  # progress seen, per live attempt
         self._losses: dict[int, list[float]] = {}
         self._read: dict[int, int] = {}  # bytes of the progress file already read
         self._stopping: set[int] = set()  # attempts asked to stop by runtime control
@@ -317,6 +317,8 @@ class Scheduler:
                     self._control(live, job, now)
                 continue
             del self._live[attempt_id]
+            self._trends.pop(attempt_id, None)
+            self._losses.pop(attempt_id, None)
             self._wake_parked(job)  # its spend and capacity changed
             self.store.end_attempt(
                 attempt_id, at=until, exit_reason=f"{status.state.value}: {status.reason}"
@@ -396,19 +398,21 @@ class Scheduler:
     def _observe(self, live: _Live, now: datetime) -> None:
         """Read the attempt's new progress reports (from its progress file and from the API);
         sample the step at the scheduler's time."""
-        samples = self._samples.setdefault(live.attempt.id, [])
+        aid = live.attempt.id
+        trend = self._trends.get(aid, _NO_TREND)
         for record in self._new_reports(live):
             loss = record.get("loss")
             if isinstance(loss, int | float):
-                self._losses.setdefault(live.attempt.id, []).append(float(loss))
+                self._losses.setdefault(aid, []).append(float(loss))
             step, total = record.get("step"), record.get("total_steps")
             if (
                 isinstance(step, int)
                 and isinstance(total, int)
                 and total > 0
-                and (not samples or step > samples[-1].step)
+                and (trend.last is None or step > trend.last.step)
             ):
-                samples.append(Sample(now, step, total))
+                trend = trend.add(Sample(now, step, total))
+        self._trends[aid] = trend
 
     def _new_reports(self, live: _Live) -> list[dict[str, object]]:
         records: list[dict[str, object]] = []
@@ -444,7 +448,7 @@ class Scheduler:
             Market(live.attempt.market),
             live.attempt.workers,
             live.attempt.started_at,
-            self._samples.get(aid, []),
+            self._trends.get(aid, _NO_TREND),
             self._losses.get(aid, []),
         )
         action = runtime_action(run, now, self.policy)
@@ -823,6 +827,7 @@ def _moved(price: float, planned: float, tolerance: float) -> bool:
     return abs(price - planned) >= tolerance * planned
 
 
+_NO_TREND = Trend()
 _CENT = 0.01  # the rounding of the amounts in a hold's details
 
 
