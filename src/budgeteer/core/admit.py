@@ -9,10 +9,12 @@ not fit either, the incremental variant when the job offers one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 
 from budgeteer.core.candidates import Candidates, Front
 from budgeteer.core.outcomes import Hold, HoldReason, WakeOn
@@ -35,13 +37,12 @@ class BudgetTally:
     planned_usd: float = 0.0
     held: int = 0
     tiers: set[Tier] = field(default_factory=set)
-    allowance: dict[Tier, float] = field(default_factory=dict)
+    allowance: Mapping[Tier, float] = field(default_factory=dict)
     base_usd: float = 0.0  # accrued plus committed: spend the plan cannot change
     _texts: dict[Tier, tuple[str, str]] = field(default_factory=dict)  # see may_bring
 
     def __post_init__(self) -> None:
-        allowance = self.budget.allowance_usd
-        self.allowance = {t: float(allowance(t)) for t in Tier}
+        self.allowance = _allowances(self.budget)
         self.base_usd = float(self.accrued_usd) + self.committed_usd
 
     def may_bring(self, tier: Tier) -> tuple[str, str]:
@@ -65,25 +66,35 @@ class BudgetTally:
 
 def budget_tallies(snapshot: Snapshot) -> dict[str, BudgetTally]:
     """Each budget's current period, accrued spend and committed cost, before planning."""
-    jobs = {j.id: j for j in snapshot.jobs}
+    running: list[tuple[str, str | None, float]] = []  # (team, project, committed)
+    if snapshot.running:
+        jobs = {j.id: j for j in snapshot.jobs}
+        for a in snapshot.running:
+            j = jobs.get(a.job_id)
+            if j is not None:
+                running.append((j.team, j.project, a.committed_usd))
     tallies: dict[str, BudgetTally] = {}
     for budget in snapshot.budgets:
         start, end = budget.period.window(snapshot.now)
+        covers = budget.scope.covers
         accrued = sum(
             (
                 r.amount_usd
                 for r in snapshot.spend
-                if start <= r.at < end and budget.scope.covers(r.team, r.project)
+                if start <= r.at < end and covers(r.team, r.project)
             ),
             Decimal(0),
         )
-        committed = sum(
-            a.committed_usd
-            for a in snapshot.running
-            if (j := jobs.get(a.job_id)) is not None and budget.covers(j)
-        )
+        committed = sum(c for team, project, c in running if covers(team, project))
         tallies[budget.id] = BudgetTally(budget, start, end, accrued, committed)
     return tallies
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowances(budget: Budget) -> Mapping[Tier, float]:
+    """What each tier may bring ``budget`` up to, as floats for the admission arithmetic (a
+    budget is immutable, so this is worked out once per budget, not per cycle)."""
+    return MappingProxyType({t: float(budget.allowance_usd(t)) for t in Tier})
 
 
 @dataclass(frozen=True, slots=True)

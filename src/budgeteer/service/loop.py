@@ -273,6 +273,9 @@ class Scheduler:
                     sum((e.amount_usd for e in billed), Decimal(0)),
                 )
                 adopted = True
+            if adopted:
+                with self._book_lock:
+                    self._teams[job.id] = (job.team, job.project)
             if not adopted:
                 self._requeue(job, now)
 
@@ -465,10 +468,12 @@ class Scheduler:
         """The frozen world the next plan would see (also read by the API's ``explain``), with
         ``parked`` jobs left out of planning (their attempts are not even read)."""
         stored = self.store.jobs(LIVE_STATES)
-        pending = {j.id for j in stored if j.state.is_pending and j.id not in parked}
+        planned = [j for j in stored if j.state.is_pending and j.id not in parked]
+        pending = {j.id for j in planned}
         # finished jobs matter only to the jobs that depend on them
-        known = {j.id for j in stored}
-        upstream = {d.job for j in stored if j.id in pending for d in j.depends_on} - known
+        upstream = {d.job for j in planned for d in j.depends_on}
+        if upstream:
+            upstream -= {j.id for j in stored}
         for job_id in sorted(upstream):
             try:
                 stored.append(self.store.job(job_id))
@@ -500,7 +505,7 @@ class Scheduler:
             throughput=tuple(self.catalog.throughput.items()),
             egress=self.catalog.egress,
             budgets=budgets,
-            spend=self._spend(jobs, budgets, now),
+            spend=self._spend(budgets, now),
             running=running,
             capacity_back=tuple(sorted((o, t) for o, t in self._back.items() if t > now)),
             parked=parked,
@@ -565,13 +570,10 @@ class Scheduler:
         for job_id in woken:
             del self._parked[job_id]
 
-    def _spend(
-        self, jobs: Sequence[Job], budgets: Sequence[Budget], now: datetime
-    ) -> tuple[SpendRecord, ...]:
+    def _spend(self, budgets: Sequence[Budget], now: datetime) -> tuple[SpendRecord, ...]:
         """The ledger compacted by the spend book (:mod:`budgeteer.service.spendbook`): filled
         from the store once, then kept up as entries are billed."""
         with self._book_lock:
-            self._teams.update({j.id: (j.team, j.project) for j in jobs})
             stale = self._book is None or self._book_entries != self.store.ledger_count()
             if stale or self._book is None or not self._book.set_boundaries(budgets, now):
                 # first time, spend billed by another process, or a budget whose period began
@@ -815,6 +817,8 @@ class Scheduler:
             return
         self._full.pop(offering.id, None)
         self._back.pop(offering.id, None)
+        with self._book_lock:  # whose spend its ledger entries are
+            self._teams[job.id] = (job.team, job.project)
         self._live[attempt.id] = _Live(attempt, handle, expected_usd, attempt.started_at)
         report.launched.append(job.id)
 
