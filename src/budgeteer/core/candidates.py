@@ -10,11 +10,12 @@ front each.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -254,6 +255,9 @@ class _Priced:
     fastest: float
     fastest_col: int
     cheapest: float
+    # a timeless front's cuts so far, by how many of its points a deadline keeps (see _cut)
+    cuts: dict[int, _Priced | None] = field(default_factory=dict, compare=False, repr=False)
+    finishes: list[float] = field(default_factory=list, compare=False, repr=False)  # sorted
 
 
 #: Each job's whole front with no deadline (``timeless``), per (placements, variant, policy,
@@ -268,7 +272,17 @@ _PRICED_SIZE = 8192
 
 def _cut(timeless: _Priced, horizon: float, max_front: int) -> _Priced | None:
     """The front at ``horizon`` hours from a timeless one (``None`` when nothing meets it:
-    the caller prices the job directly to explain why)."""
+    the caller prices the job directly to explain why). Which points a deadline keeps depends
+    only on how many of the sorted finishes it reaches, so each such count is cut once (and
+    a job cut every cycle as its deadline nears is looked up, not cut again)."""
+    count = bisect.bisect_right(timeless.finishes, horizon)
+    if count in timeless.cuts:
+        return timeless.cuts[count]
+    cut = timeless.cuts[count] = _cut_front(timeless, horizon, max_front)
+    return cut
+
+
+def _cut_front(timeless: _Priced, horizon: float, max_front: int) -> _Priced | None:
     full = timeless.front
     keep = np.flatnonzero(full.finish_hours[: full.size] <= horizon)[:max_front]
     if keep.size == 0:
@@ -341,7 +355,14 @@ def _priced(
         )
         with _MEMO_LOCK:
             for i, (missed, rows) in enumerate(missing.items()):
-                timeless = _Priced(fronts[i], float(fastest[i]), int(col[i]), math.inf)
+                front = fronts[i]
+                timeless = _Priced(
+                    front,
+                    float(fastest[i]),
+                    int(col[i]),
+                    math.inf,
+                    finishes=sorted(front.finish_hours[: front.size].tolist()),
+                )
                 _PRICED[missed] = (configs, snapshot.egress, timeless)
                 for row in rows:
                     found[row] = _cut(timeless, horizons[row], policy.max_front)

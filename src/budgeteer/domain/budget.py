@@ -59,6 +59,16 @@ class Period:
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
         """The ``[start, end)`` window containing ``now`` (aware datetimes in the period's zone)."""
+        last = _LAST_WINDOW.get(self)  # every cycle asks again, mostly within the same window
+        if last is not None and last[0] <= now < last[1]:
+            return last
+        window = self._window(now)
+        if len(_LAST_WINDOW) > 1024:
+            _LAST_WINDOW.clear()
+        _LAST_WINDOW[self] = window
+        return window
+
+    def _window(self, now: datetime) -> tuple[datetime, datetime]:
         tz = ZoneInfo(self.timezone)
         local = now.astimezone(tz)
         if self.kind is PeriodKind.CUSTOM:
@@ -79,6 +89,9 @@ class Period:
             datetime.combine(end_day, time(), tzinfo=tz),
         )
 
+
+#: Each period's latest window (a window is a pure function of the period and the time).
+_LAST_WINDOW: dict[Period, tuple[datetime, datetime]] = {}
 
 #: Default share of the limit each tier may bring projected spend up to (P0: the whole limit,
 #: plus the emergency reserve).

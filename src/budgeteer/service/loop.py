@@ -44,7 +44,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,7 @@ class Scheduler:
         # a held job → planned again no later than this, or as soon as an attempt of a job that
         # shares its blocking budgets (or, held for quota, its team) ends
         self._parked: dict[str, _Parked] = {}
+        self._parked_until = _NEVER  # the earliest time a parked job is due to be planned
         self._in_force: tuple[Offering, ...] = catalog.offerings  # spot at the prices in force
         self._priced_at: datetime | None = None
 
@@ -180,8 +181,9 @@ class Scheduler:
         self._store_budgets()  # a budget change wakes every parked job before the snapshot
         now = self.clock.now()
         self._offerings_in_force(now)  # and so does a spot price that fell
-        if self._parked:
+        if self._parked and now >= self._parked_until:  # a parked job's time came
             self._parked = {j: p for j, p in self._parked.items() if p.until > now}
+            self._parked_until = min((p.until for p in self._parked.values()), default=_NEVER)
         snapshot = self.snapshot(frozenset(self._parked))
         plan = plan_cycle(snapshot, self.policy)
         self._apply(plan, report, {j.id: j for j in snapshot.jobs})
@@ -738,6 +740,7 @@ class Scheduler:
                     )
                 else:
                     self._parked[job.id] = _Parked(until, frozenset({f"team:{job.team}"}))
+                self._parked_until = min(self._parked_until, until)
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
             if state is S.SUBMITTED or (state is S.QUEUED and target is S.HELD):
                 self.store.transition(hold.job_id, target, at=now, cause=hold.message)
@@ -832,6 +835,7 @@ def _moved(price: float, planned: float, tolerance: float) -> bool:
 
 
 _NO_TREND = Trend()
+_NEVER = datetime.max.replace(tzinfo=UTC)
 _CENT = 0.01  # the rounding of the amounts in a hold's details
 
 

@@ -51,7 +51,9 @@ class Kernel:
             raise ValueError("start must be an aware datetime")
         self.now = start
         self.log: list[tuple[datetime, int, int, str]] = []
-        self._queue: list[Event] = []
+        # (at, priority, seq, event): tuples compare in C, and seq is unique, so the event
+        # itself is never compared
+        self._queue: list[tuple[datetime, int, int, Event]] = []
         self._seq = 0
         self._cancelled: set[int] = set()
 
@@ -65,7 +67,7 @@ class Kernel:
             )
         event = Event(at, priority, self._seq, label, action)
         self._seq += 1
-        heapq.heappush(self._queue, event)
+        heapq.heappush(self._queue, (at, priority, event.seq, event))
         return event
 
     def after(self, seconds: float, action: Action, *, priority: int = 0, label: str = "") -> Event:
@@ -81,14 +83,14 @@ class Kernel:
     def peek(self) -> datetime | None:
         """When the next event is due, or ``None`` when none is left."""
         self._drop_cancelled()
-        return self._queue[0].at if self._queue else None
+        return self._queue[0][0] if self._queue else None
 
     def step(self) -> Event | None:
         """Run the next event (time moves to it); ``None`` when none is left."""
         self._drop_cancelled()
         if not self._queue:
             return None
-        event = heapq.heappop(self._queue)
+        event = heapq.heappop(self._queue)[3]
         self.now = event.at
         self.log.append((event.at, event.priority, event.seq, event.label))
         event.action()
@@ -109,8 +111,8 @@ class Kernel:
         return ran
 
     def _drop_cancelled(self) -> None:
-        while self._queue and self._queue[0].seq in self._cancelled:
-            self._cancelled.discard(heapq.heappop(self._queue).seq)
+        while self._queue and self._queue[0][2] in self._cancelled:
+            self._cancelled.discard(heapq.heappop(self._queue)[2])
 
 
 class SimClock:
