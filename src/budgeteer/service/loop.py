@@ -129,7 +129,7 @@ class Scheduler:
         budgets: Sequence[Budget] = (),
         policy: Policy | None = None,
         job_env: Callable[[str], Mapping[str, str]] | None = None,
-        park_seconds: float = 14400.0,
+        park_seconds: float = 86400.0,
         price_refresh_seconds: float = 3600.0,
         price_tolerance: float = 0.01,
     ) -> None:
