@@ -120,3 +120,22 @@ def test_milp_respects_budget_rows_when_moving_jobs() -> None:
     assert plan.admission("first").placement.offering_id == "cheap"
     assert plan.hold("second").reason is HoldReason.CAPACITY
     assert float(plan.budgets[0].projected_usd) <= 800.0
+
+
+@pytest.mark.parametrize(
+    ("solver", "method", "optimal"),
+    [(SolverChoice.AUTO, "exact", True), (SolverChoice.GREEDY, "greedy", False)],
+)
+def test_a_cycle_with_nothing_to_place_reports_as_the_passes_would(
+    solver: SolverChoice, method: str, optimal: bool
+) -> None:
+    # everything is held: the placement step has no job, and says so as it would with jobs
+    snap = make_snapshot(
+        [make_job("a", hours=50)], budgets=[make_budget(limit="10")], spend=[spent("growth", "9")]
+    )
+    plan = plan_cycle(snap, Policy(solver=solver))
+    assert not plan.admissions
+    assert plan.solver.jobs == 0
+    assert plan.solver.method == method
+    assert plan.solver.optimal is optimal
+    assert plan.solver.objective == plan.solver.greedy_objective == 0.0

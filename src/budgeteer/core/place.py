@@ -126,7 +126,7 @@ def budget_rows(
             (i, a.job.tier) for i, a in enumerate(admitted) if tally.budget.id in a.budget_ids
         ]
         for tier in sorted({t for _, t in members}):
-            rhs = float(tally.budget.allowance_usd(tier)) - tally.base_usd
+            rhs = tally.allowance[tier] - tally.base_usd
             rows.append(BudgetRow(frozenset(i for i, t in members if t <= tier), rhs))
     return rows
 
@@ -212,6 +212,11 @@ def place(
     policy: Policy,
 ) -> tuple[list[Choice], SolverReport]:
     """One choice per admitted job (front position, or ``None`` to wait for capacity)."""
+    if not admitted:  # nothing to place (what the passes below would report for no jobs)
+        only_greedy = policy.solver is SolverChoice.GREEDY
+        none = (0.0, 0.0, 0.0, 0.0)
+        method = "greedy" if only_greedy else "exact"
+        return [], _report(method, admitted, 0, none, none, not only_greedy)
     problem = _Problem.build(admitted, tallies)
     capacity = {
         i: float(o.max_instances - in_use.get(o.id, 0))
