@@ -73,17 +73,22 @@ def budget_tallies(snapshot: Snapshot) -> dict[str, BudgetTally]:
             j = jobs.get(a.job_id)
             if j is not None:
                 running.append((j.team, j.project, a.committed_usd))
+    # spend per (team, project) in each distinct period window, summed once for all budgets
+    # sharing the window (Decimal sums: regrouped, they agree to Decimal's 28 digits)
+    by_window: dict[tuple[datetime, datetime], dict[tuple[str, str | None], Decimal]] = {}
     tallies: dict[str, BudgetTally] = {}
     for budget in snapshot.budgets:
         start, end = budget.period.window(snapshot.now)
+        spend = by_window.get((start, end))
+        if spend is None:
+            spend = by_window[(start, end)] = {}
+            for r in snapshot.spend:
+                if start <= r.at < end:
+                    key = (r.team, r.project)
+                    spend[key] = spend.get(key, Decimal(0)) + r.amount_usd
         covers = budget.scope.covers
         accrued = sum(
-            (
-                r.amount_usd
-                for r in snapshot.spend
-                if start <= r.at < end and covers(r.team, r.project)
-            ),
-            Decimal(0),
+            (a for (team, project), a in spend.items() if covers(team, project)), Decimal(0)
         )
         committed = sum(c for team, project, c in running if covers(team, project))
         tallies[budget.id] = BudgetTally(budget, start, end, accrued, committed)
