@@ -323,12 +323,24 @@ def test_reference_agrees_with_a_hand_computed_case() -> None:
 
 
 @SETTINGS
-@given(snapshots(), st.floats(0.0, 48.0))
-def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(snap: Snapshot, hours: float) -> None:
+@given(
+    snapshots(),
+    st.floats(0.0, 48.0),
+    st.lists(st.tuples(st.integers(0, 50), st.floats(0.0, 30.0)), max_size=3),
+)
+def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(
+    snap: Snapshot, hours: float, waits: list[tuple[int, float]]
+) -> None:
+    # later, some offerings may have no room until a given time (capacity_back): the memo is
+    # used for the jobs those waits cannot change, and must agree with pricing afresh
     policy = Policy()
     ready = [j for j in snap.jobs if j.state.is_pending]
     nominate(snap, ready, policy)  # fills the memo of timeless fronts
-    later = dataclasses.replace(snap, now=snap.now + timedelta(hours=hours))
+    now = snap.now + timedelta(hours=hours)
+    back = {
+        snap.offerings[i % len(snap.offerings)].id: now + timedelta(hours=w) for i, w in waits
+    }
+    later = dataclasses.replace(snap, now=now, capacity_back=tuple(sorted(back.items())))
     cut = nominate(later, ready, policy)  # the same offerings: cut from the memo
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(candidates_module, "_priced", candidates_module._direct)

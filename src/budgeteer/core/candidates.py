@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
+import numpy.typing as npt
 
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.placements import Configs, IntArray, OfferingTable, build_configs, prune
@@ -166,7 +167,7 @@ def _front(
     )
     shape = (len(jobs), len(configs))
     cost = np.broadcast_to(ev.cost_usd, shape)
-    wait = _waits(snapshot, configs)
+    wait = None if timeless else _waits(snapshot, configs)  # timeless: no clock at all
     finish_hours = ev.finish_hours if wait is None else ev.finish_hours + wait[None, :]
     finish = np.broadcast_to(finish_hours, shape)
     reliable = np.broadcast_to(ev.inflation <= policy.max_spot_inflation, shape)
@@ -312,10 +313,17 @@ def _priced(
     due: Mapping[str, datetime],
 ) -> list[_Priced]:
     """Each job's :class:`_Priced` for ``variant``: cut from its memoised timeless front where
-    that leaves a point, else priced in one vectorised pass (see :func:`_front`)."""
+    that leaves a point, else priced in one vectorised pass (see :func:`_front`).
+
+    Offerings whose room comes back later (``Snapshot.capacity_back``) add a clock-dependent
+    wait to their placements' finishes. That changes nothing for a job whose timeless front and
+    fastest placement avoid them: a waiting placement only finishes later, so what ruled it out
+    still does, and a front point's standing depends on the cheapest-finishing cheaper point,
+    itself a front point. Only jobs whose front or fastest placement is on such an offering are
+    priced afresh."""
     now = snapshot.now
-    if _waits(snapshot, configs) is not None:  # finishes depend on the clock: no memo
-        return _direct(snapshot, jobs, configs, throughput, policy, variant, due)
+    wait = _waits(snapshot, configs)
+    waiting = None if wait is None else wait > 0
     found: list[_Priced | None] = [None] * len(jobs)
     horizons: list[float] = []
     missing: dict[tuple[object, ...], list[int]] = {}
@@ -338,7 +346,8 @@ def _priced(
             hit = _PRICED.get(key)
             if hit is not None and hit[0] is configs and hit[1] is snapshot.egress:
                 _PRICED.move_to_end(key)
-                found[row] = _cut(hit[2], horizons[row], policy.max_front)
+                if waiting is None or not _waits_for(hit[2], waiting):
+                    found[row] = _cut(hit[2], horizons[row], policy.max_front)
             else:
                 missing.setdefault(key, []).append(row)
     if missing:
@@ -364,18 +373,27 @@ def _priced(
                     finishes=sorted(front.finish_hours[: front.size].tolist()),
                 )
                 _PRICED[missed] = (configs, snapshot.egress, timeless)
+                if waiting is not None and _waits_for(timeless, waiting):
+                    continue
                 for row in rows:
                     found[row] = _cut(timeless, horizons[row], policy.max_front)
             while len(_PRICED) > _PRICED_SIZE:
                 _PRICED.popitem(last=False)
     empty = [row for row, p in enumerate(found) if p is None]
-    if empty:  # nothing meets the deadline: price directly for the numbers that explain it
+    if empty:  # nothing meets the deadline (or waits matter): price directly
         direct = _direct(
             snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due
         )
         for row, p in zip(empty, direct, strict=True):
             found[row] = p
     return [p for p in found if p is not None]
+
+
+def _waits_for(timeless: _Priced, waiting: npt.NDArray[np.bool_]) -> bool:
+    """Whether a waiting offering (``waiting``, per placement) is on the timeless front or
+    gives the fastest placement: then the wait may change the job's front."""
+    front = timeless.front
+    return bool(waiting[timeless.fastest_col]) or bool(waiting[front.config[: front.size]].any())
 
 
 def _direct(
