@@ -337,9 +337,7 @@ def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(
     ready = [j for j in snap.jobs if j.state.is_pending]
     nominate(snap, ready, policy)  # fills the memo of timeless fronts
     now = snap.now + timedelta(hours=hours)
-    back = {
-        snap.offerings[i % len(snap.offerings)].id: now + timedelta(hours=w) for i, w in waits
-    }
+    back = {snap.offerings[i % len(snap.offerings)].id: now + timedelta(hours=w) for i, w in waits}
     later = dataclasses.replace(snap, now=now, capacity_back=tuple(sorted(back.items())))
     cut = nominate(later, ready, policy)  # the same offerings: cut from the memo
     with pytest.MonkeyPatch.context() as mp:
