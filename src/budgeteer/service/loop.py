@@ -276,9 +276,9 @@ class Scheduler:
                 )
                 adopted = True
             if adopted:
-                with self._book_lock:
+                with self._book_lock:  # whose spend its ledger entries are
                     self._teams[job.id] = (job.team, job.project)
-            if not adopted:
+            else:
                 self._requeue(job, now)
 
     def _wake_parked(self, job: Job) -> None:
