@@ -19,6 +19,8 @@ POSTGRES_URL = os.environ.get("BUDGETEER_TEST_POSTGRES_URL")
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database on the server CI started (dropped afterwards)."""
     if not POSTGRES_URL:
+        if os.environ.get("CI") == "true":  # CI starts PostgreSQL: its absence is a failure
+            pytest.fail("BUDGETEER_TEST_POSTGRES_URL is not set under CI=true")
         pytest.skip("BUDGETEER_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)")
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")

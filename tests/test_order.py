@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from budgeteer.core import Policy, plan_cycle
+from budgeteer.core.order import decayed_usage
 from budgeteer.domain.tier import Tier
 from builders import make_job, make_snapshot, spent
 
@@ -71,3 +74,21 @@ def test_ageing_bounds_starvation() -> None:
     snap = make_snapshot(jobs, spend=[spent("rich", "1000")])
     assert plan_cycle(snap).order == ("starved", "fresh")
     assert plan_cycle(snap, Policy(starvation_seconds=48 * 3600)).order == ("fresh", "starved")
+
+
+def test_fair_share_usage_halves_every_half_life() -> None:
+    # Slurm's F = 2^(-U/S) decay: spend one half-life old weighs half, two half-lives a quarter
+    policy = Policy()
+    hours = policy.fair_share_half_life_seconds / 3600
+    snap = make_snapshot(
+        [make_job("a", team="a"), make_job("b", team="b"), make_job("c", team="c")],
+        spend=[
+            spent("a", "100", hours_ago=hours),
+            spent("b", "100", hours_ago=2 * hours),
+            spent("c", "100", hours_ago=0),
+        ],
+    )
+    usage = decayed_usage(snap, policy)
+    assert usage["a"] == pytest.approx(50.0)
+    assert usage["b"] == pytest.approx(25.0)
+    assert usage["c"] == pytest.approx(100.0)

@@ -143,3 +143,24 @@ def test_webhook_urls_are_validated() -> None:
     with pytest.raises(SpecErrors) as err:
         JobSpec.parse({**spec, "webhook": {"url": "https://x.example", "secret": "short"}})
     assert err.value.errors[0].field == "webhook.secret"
+
+
+def test_a_failing_receiver_is_tried_eight_times_then_given_up(
+    store: Store, receiver: Receiver
+) -> None:
+    receiver.statuses = [500] * 20
+    _finished(store, receiver.url, secret=None)
+    clock = ManualClock(NOW)
+    notifier = Notifier(store, clock, allow_private=True)
+    notifier.scan()
+    waits = []
+    for _ in range(12):
+        notifier.deliver()
+        [w] = store.webhooks("churn")
+        if w.next_at is None:
+            break
+        waits.append((w.next_at - clock.now()).total_seconds())
+        clock.advance(waits[-1])
+    assert len(receiver.got) == 8  # eight tries, then given up with the last error
+    assert store.webhooks("churn")[0].last_error == "HTTP 500"
+    assert waits == [30.0 * 2**k for k in range(7)]  # 30 s doubling between them

@@ -1,0 +1,206 @@
+"""Guards on the scheduler loop's riskiest duties, on the simulated backend and clock (fast,
+deterministic). Each test names the mistake it is there to catch: billing without the
+instances factor, a snapshot that forgets running jobs' committed cost, a fresh checkpoint
+folder per attempt, no re-attach after a restart, one launch per job on a full offering."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+from budgeteer.backends import TraceMarket
+from budgeteer.backends.base import Handle, LaunchRequest
+from budgeteer.catalog import Catalog
+from budgeteer.domain.budget import Budget
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Market, Offering
+from budgeteer.domain.tier import Tier
+from budgeteer.service import Scheduler
+from budgeteer.sim.backend import SimBackend
+from budgeteer.sim.kernel import Kernel, SimClock
+from budgeteer.store import MemoryStore
+from builders import EGRESS, THROUGHPUT, make_budget, make_job, make_offering
+
+T0 = datetime(2026, 11, 10, 8, tzinfo=UTC)
+
+
+class RecordingBackend(SimBackend):
+    """The simulated backend, keeping every launch request it was sent."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.requests: list[LaunchRequest] = []
+
+    def launch(self, request: LaunchRequest) -> Handle:
+        self.requests.append(request)
+        return super().launch(request)
+
+
+@dataclass
+class World:
+    kernel: Kernel
+    store: MemoryStore
+    backend: RecordingBackend
+    sched: Scheduler
+    catalog: Catalog
+
+    def submit(self, *jobs: Job) -> None:
+        now = self.kernel.now
+        self.store.submit(
+            [
+                dataclasses.replace(
+                    j,
+                    submitted_at=now,
+                    deadline=None if j.deadline is None else now + (j.deadline - j.submitted_at),
+                )
+                for j in jobs
+            ],
+            at=now,
+        )
+
+    def run(
+        self, hours: float, every_seconds: float = 600.0, sched: Scheduler | None = None
+    ) -> None:
+        """Cycle every ``every_seconds`` of simulated time for ``hours``."""
+        end = self.kernel.now + timedelta(hours=hours)
+        while self.kernel.now < end:
+            (sched or self.sched).cycle()
+            self.kernel.run(until=min(end, self.kernel.now + timedelta(seconds=every_seconds)))
+
+    def scheduler(self, budgets: Sequence[Budget] = ()) -> Scheduler:
+        return Scheduler(
+            self.store,
+            self.backend,
+            self.catalog,
+            SimClock(self.kernel),
+            Path("/nonexistent/budgeteer-checkpoints"),
+            budgets=budgets,
+        )
+
+
+def _world(
+    offerings: Sequence[Offering],
+    budgets: Sequence[Budget] = (),
+    available: np.ndarray | None = None,
+) -> World:
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    ones = np.ones(100_000, dtype=bool)
+    market = TraceMarket(ones if available is None else available, 60, T0)
+    catalog = Catalog(tuple(offerings), dict(THROUGHPUT), EGRESS, "test")
+    backend = RecordingBackend(kernel, market, store, catalog.throughput)
+    world = World(kernel, store, backend, None, catalog)  # type: ignore[arg-type]
+    world.sched = world.scheduler(budgets)
+    return world
+
+
+def _recompute(world: World, job_id: str) -> Decimal:
+    """What a job should have cost: per attempt, instances × the catalog price × its hours —
+    worked out here from the attempts alone, not from the ledger."""
+    prices = {o.id: Decimal(repr(o.usd_per_hour)) for o in world.catalog.offerings}
+    total = Decimal(0)
+    for a in world.store.attempts(job_id):
+        assert a.ended_at is not None
+        seconds = Decimal(str((a.ended_at - a.started_at).total_seconds()))
+        total += prices[a.offering_id] * a.instances * seconds / Decimal(3600)
+    return total
+
+
+def _nano(usd: Decimal) -> Decimal:
+    """An amount to the nano-dollar (each ledger entry divides by 3600 at 28 digits)."""
+    return usd.quantize(Decimal("1e-9"))
+
+
+def test_a_multi_instance_job_is_billed_for_every_instance() -> None:
+    # catches: billing price × time without the × instances factor
+    world = _world([make_offering("od", price=3.0)])
+    world.submit(make_job("wide", hours=2.0, workers=(4, 4), spot=False))
+    world.run(hours=2)
+    [attempt] = world.store.attempts("wide")
+    assert attempt.instances == 4
+    assert world.store.job("wide").state is JobState.SUCCEEDED
+    billed = sum((e.amount_usd for e in world.store.ledger("wide")), Decimal(0))
+    assert _nano(billed) == _nano(_recompute(world, "wide"))
+    hours = Decimal(str((attempt.ended_at - attempt.started_at).total_seconds() / 3600))
+    assert billed > 3 * Decimal(3) * hours  # more than three instances' worth: all four billed
+
+
+def test_running_jobs_committed_cost_counts_against_the_budget() -> None:
+    # catches: a snapshot whose running allocations forget what they are still expected to cost
+    world = _world([make_offering("od", price=3.0)], budgets=[make_budget(limit="100")])
+    world.submit(make_job("first", hours=20.0, spot=False, tier=Tier.P2))  # ≈ $60
+    world.run(hours=1)
+    assert world.store.job("first").state is JobState.RUNNING
+    snap = world.sched.snapshot()
+    [alloc] = snap.running
+    assert 50 < alloc.committed_usd < 60  # 19 h of $3/h still to come
+    world.submit(make_job("second", hours=10.0, spot=False, tier=Tier.P2, seq=1))  # ≈ $30
+    world.run(hours=0.2)
+    # $3 accrued + $57 committed + $30 > $80 (P2 may use 80% of $100): held, not admitted
+    assert world.store.job("second").state is JobState.HELD
+    assert world.store.attempts("second") == []
+
+
+def test_every_attempt_of_a_job_resumes_from_the_same_checkpoint_folder() -> None:
+    # catches: a fresh checkpoint folder per attempt (a resumed job would start from scratch)
+    available = np.ones(100_000, dtype=bool)
+    available[30:40] = False  # spot taken back 30 min in, for 10 min
+    world = _world(
+        [make_offering("spot", price=1.0, market=Market.SPOT, interruption_per_hour=0.01)],
+        available=available,
+    )
+    world.submit(make_job("resumes", hours=1.5, restart_seconds=60))
+    world.run(hours=4, every_seconds=60)
+    assert world.store.job("resumes").state is JobState.SUCCEEDED
+    folders = {r.checkpoint_dir for r in world.backend.requests}
+    assert len(world.backend.requests) >= 2  # it was preempted and launched again
+    assert folders == {Path("/nonexistent/budgeteer-checkpoints/resumes")}
+
+
+def test_a_second_scheduler_over_the_same_store_re_attaches_and_bills_without_gaps() -> None:
+    # catches: re-attach after a restart switched off (the running attempt would be orphaned)
+    world = _world([make_offering("od", price=2.0)])
+    world.submit(make_job("long", hours=3.0, spot=False))
+    world.run(hours=1)
+    assert world.store.job("long").state is JobState.RUNNING
+    restarted = world.scheduler()  # a new process: no memory of what the first one launched
+    world.run(hours=3, sched=restarted)
+    assert world.store.job("long").state is JobState.SUCCEEDED
+    [attempt] = world.store.attempts("long")  # re-attached, not launched again
+    entries = world.store.ledger("long")
+    assert entries[0].start == attempt.started_at
+    assert all(b.start == a.end for a, b in itertools.pairwise(entries))
+    assert entries[-1].end == attempt.ended_at
+    assert _nano(sum((e.amount_usd for e in entries), Decimal(0))) == _nano(
+        _recompute(world, "long")
+    )
+
+
+def test_several_jobs_placed_on_a_full_offering_probe_it_once() -> None:
+    # catches: per-offering capacity backoff disabled (every job would ask, every cycle)
+    available = np.zeros(100_000, dtype=bool)  # a long spot drought
+    world = _world(
+        [
+            make_offering("spot", price=1.0, market=Market.SPOT, interruption_per_hour=0.01),
+            make_offering("od", price=10.0),
+        ],
+        available=available,
+    )
+    world.submit(*(make_job(f"j{i}", hours=1.0, deadline_hours=100, seq=i) for i in range(3)))
+    world.sched.cycle()
+    assert [r.offering.id for r in world.backend.requests] == ["spot"]  # one probe, not three
+    world.kernel.run(until=world.kernel.now + timedelta(seconds=20))
+    world.sched.cycle()  # within the 30 s backoff: nobody asks again
+    assert len(world.backend.requests) == 1
+    world.kernel.run(until=world.kernel.now + timedelta(seconds=15))
+    world.sched.cycle()  # backoff over: one probe again
+    assert len(world.backend.requests) == 2
+    for job_id in ("j0", "j1", "j2"):
+        assert world.store.job(job_id).state is JobState.QUEUED
