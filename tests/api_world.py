@@ -14,7 +14,7 @@ from budgeteer.api import ApiContext, create_app
 from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.catalog import load_catalog
 from budgeteer.clock import ManualClock
-from budgeteer.service import Scheduler
+from budgeteer.scheduler import Scheduler
 from budgeteer.store import SqlStore
 
 T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api_world import ADMIN, SECRET, World, job_spec, make_world
 from budgeteer.api.auth import job_token
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import LedgerEntry
 
 
@@ -321,6 +322,7 @@ def test_metrics_parse_and_follow_the_ledger(world: World) -> None:
         attempt.id,
         at=world.clock.now() + timedelta(hours=2),
         exit_reason="preempted: spot capacity revoked",
+        outcome=AttemptOutcome.PREEMPTED,
     )
     text = world.http.get("/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}

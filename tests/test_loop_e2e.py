@@ -22,7 +22,8 @@ from budgeteer.clock import ManualClock
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.job import SpotSettings
 from budgeteer.domain.offering import Market
-from budgeteer.service import Scheduler
+from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.scheduler import Scheduler
 from budgeteer.store import SqlStore
 from builders import EGRESS, THROUGHPUT, make_job, make_offering
 
@@ -352,7 +353,12 @@ def test_a_resumed_job_is_planned_for_the_work_it_has_left(tmp_path: Path) -> No
     earlier = store.start_attempt(
         "half", backend="sandbox", offering_id="a100", market="spot", instance_ids=[], at=T0
     )
-    store.end_attempt(earlier.id, at=T0, exit_reason="preempted: spot capacity revoked")
+    store.end_attempt(
+        earlier.id,
+        at=T0,
+        exit_reason="preempted: spot capacity revoked",
+        outcome=AttemptOutcome.PREEMPTED,
+    )
     plan = sched.cycle().plan
     assert plan is not None
     placement = plan.admissions[0].placement

@@ -22,7 +22,7 @@ from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.tier import Tier
-from budgeteer.service import Scheduler
+from budgeteer.scheduler import Scheduler
 from budgeteer.sim.backend import SimBackend
 from budgeteer.sim.kernel import Kernel, SimClock
 from budgeteer.store import MemoryStore

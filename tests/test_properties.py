@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from budgeteer.core import HoldReason, Plan, Policy, Snapshot, SolverChoice, plan_cycle
 from budgeteer.core import candidates as candidates_module
 from budgeteer.core.admit import admit, budget_tallies
-from budgeteer.core.candidates import nominate
+from budgeteer.core.candidates import FrontCache, nominate
 from budgeteer.core.order import order_queue
 from budgeteer.core.place import objective, penalties, place
 from budgeteer.core.ready import readiness
@@ -335,13 +335,18 @@ def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(
     # used for the jobs those waits cannot change, and must agree with pricing afresh
     policy = Policy()
     ready = [j for j in snap.jobs if j.state.is_pending]
-    nominate(snap, ready, policy)  # fills the memo of timeless fronts
+    cache = FrontCache()
+    nominate(snap, ready, policy, cache)  # fills the memo of timeless fronts
     now = snap.now + timedelta(hours=hours)
     back = {snap.offerings[i % len(snap.offerings)].id: now + timedelta(hours=w) for i, w in waits}
     later = dataclasses.replace(snap, now=now, capacity_back=tuple(sorted(back.items())))
-    cut = nominate(later, ready, policy)  # the same offerings: cut from the memo
+    cut = nominate(later, ready, policy, cache)  # the same offerings: cut from the memo
+
+    def direct(snapshot, jobs, _shape, configs, throughput, pol, variant, due, _cache):  # type: ignore[no-untyped-def]
+        return candidates_module._direct(snapshot, jobs, configs, throughput, pol, variant, due)
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(candidates_module, "_priced", candidates_module._direct)
+        mp.setattr(candidates_module, "_priced", direct)
         fresh = nominate(later, ready, policy)
     assert cut.keys() == fresh.keys()
     for job_id, c in cut.items():

@@ -17,7 +17,7 @@ from budgeteer.domain.job import DeadlineMiss, Job, SpotSettings
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
-from budgeteer.service.loop import Scheduler, backoff_seconds
+from budgeteer.scheduler import Scheduler, backoff_seconds
 from budgeteer.sim.backend import SimBackend
 from budgeteer.sim.kernel import Kernel, SimClock
 from budgeteer.sim.run import Arrival, SimRun, simulate

@@ -18,7 +18,7 @@ from budgeteer.clock import ManualClock
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
-from budgeteer.service import Scheduler
+from budgeteer.scheduler import Scheduler
 from budgeteer.sim.run import Arrival, simulate
 from budgeteer.store import MemoryStore, Store
 from builders import EGRESS, THROUGHPUT, make_budget, make_job, make_offering

@@ -15,7 +15,7 @@ from budgeteer.core import Policy
 from budgeteer.core.admit import budget_tallies
 from budgeteer.core.order import decayed_usage
 from budgeteer.domain.budget import Budget, Period, PeriodKind, Scope, ScopeKind, SpendRecord
-from budgeteer.service.spendbook import SpendBook
+from budgeteer.ledger.spendbook import SpendBook
 from builders import make_snapshot
 
 T0 = datetime(2026, 9, 20, tzinfo=UTC)

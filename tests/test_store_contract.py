@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from budgeteer.domain.job import DeadlineMiss, Webhook
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.store import (
     AlreadyExists,
@@ -106,7 +107,7 @@ def test_unknown_ids(store: Store) -> None:
     with pytest.raises(UnknownJob):
         store.events("ghost")
     with pytest.raises(UnknownJob):
-        store.end_attempt(999, at=NOW, exit_reason="x")
+        store.end_attempt(999, at=NOW, exit_reason="x", outcome=AttemptOutcome.FAILED)
 
 
 def test_attempts_and_an_exact_ledger(store: Store) -> None:
@@ -126,9 +127,15 @@ def test_attempts_and_an_exact_ledger(store: Store) -> None:
     )
     assert (one.number, two.number) == (1, 2)
     assert [(a.instances, a.workers) for a in store.attempts("a")] == [(1, 1), (2, 4)]
-    ended = store.end_attempt(one.id, at=NOW + timedelta(hours=1), exit_reason="preempted")
-    again = store.end_attempt(one.id, at=NOW + timedelta(hours=2), exit_reason="other")
-    assert ended.exit_reason == again.exit_reason == "preempted"
+    assert store.attempts("a")[0].outcome is None  # open
+    ended = store.end_attempt(
+        one.id, at=NOW + timedelta(hours=1), exit_reason="revoked", outcome=AttemptOutcome.PREEMPTED
+    )
+    again = store.end_attempt(
+        one.id, at=NOW + timedelta(hours=2), exit_reason="other", outcome=AttemptOutcome.FAILED
+    )
+    assert ended.exit_reason == again.exit_reason == "revoked"
+    assert store.attempts("a")[0].outcome is AttemptOutcome.PREEMPTED  # stored as the value
     assert [a.instance_ids for a in store.attempts("a")] == [("i-1",), ("i-2", "i-3")]
     # 0.1 + 0.2 in binary floats is not 0.3: the ledger must not drift by a single digit
     entries = [

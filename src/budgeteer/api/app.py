@@ -108,8 +108,24 @@ def create_app(ctx: ApiContext) -> FastAPI:
         """Liveness, and whether this replica runs the scheduler."""
         return {"ok": True, "leader": ctx.is_leader()}
 
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> Response:
+        """Readiness: the store answers and, on the replica that leads, the last successful
+        scheduler cycle is recent (503 with the reason otherwise)."""
+        try:
+            ctx.store.change_token()
+        except Exception as exc:  # any failure to reach the store means not ready
+            return _ready(False, f"store unreachable: {type(exc).__name__}: {exc}")
+        ok, why = ctx.loop_ready()
+        return _ready(ok, why)
+
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
     return app
+
+
+def _ready(ok: bool, reason: str) -> Response:
+    body = {"ready": ok, "reason": reason}
+    return Response(json.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
 
 def cycle_histogram(app: FastAPI) -> Histogram:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
-from budgeteer.core import Plan, Policy, Snapshot, plan_cycle
-from budgeteer.service.accounting import OnDemandPrices
+from budgeteer.core import FrontCache, Plan, Policy, Snapshot
+from budgeteer.core.quarantine import plan_isolated
+from budgeteer.ledger.accounting import OnDemandPrices
 from budgeteer.store import ApiToken, Store
 
 #: How long a token lookup is remembered: revocation through another replica takes effect
@@ -34,6 +35,9 @@ class ApiContext:
     max_body_bytes: int = 1_000_000
     is_leader: Callable[[], bool] = lambda: True
     checkpoint_root: Path | None = None
+    #: whether the scheduler loop keeps up: (ready, why) — see ``/readyz``
+    loop_ready: Callable[[], tuple[bool, str]] = lambda: (True, "no scheduler in this process")
+    front_cache: FrontCache = field(init=False, default_factory=FrontCache)
     prices: OnDemandPrices = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _seq: int | None = field(init=False, default=None)
@@ -74,4 +78,4 @@ class ApiContext:
 
     def plan(self) -> Plan:
         """The plan the core would make now (pure; nothing is applied)."""
-        return plan_cycle(self.snapshot(), self.policy)
+        return plan_isolated(self.snapshot(), self.policy, self.front_cache)

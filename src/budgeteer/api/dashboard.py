@@ -20,6 +20,7 @@ from budgeteer.api.auth import Principal, authenticate
 from budgeteer.api.deps import Ctx
 from budgeteer.api.problems import Problem
 from budgeteer.api.views import budget_status, job_view
+from budgeteer.domain.outcome import AttemptOutcome
 
 router = APIRouter(include_in_schema=False)
 _env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
@@ -136,7 +137,7 @@ def dashboard(
         (
             a
             for a in ctx.store.attempts()
-            if (a.exit_reason or "").startswith("preempted") and a.job_id in views
+            if a.outcome is AttemptOutcome.PREEMPTED and a.job_id in views
         ),
         key=lambda a: a.ended_at or a.started_at,
         reverse=True,

@@ -13,12 +13,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from budgeteer.api.context import ApiContext
+from budgeteer.core import HoldReason
 from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
-from budgeteer.service.accounting import job_cost
+from budgeteer.ledger.accounting import job_cost
 from budgeteer.store import Attempt, LedgerEntry
-
-SWITCH = "stopped: switch to on-demand"
 
 
 class StoreCollector(Collector):
@@ -73,14 +73,14 @@ class StoreCollector(Collector):
         running.add_metric([], sum(1 for j in jobs.values() if j.state.is_active))
         yield running
 
-        reasons = [a.exit_reason or "" for a in attempts]
+        outcomes = [a.outcome for a in attempts]
         preempt = CounterMetricFamily("budgeteer_preemptions", "Attempts the market preempted")
-        preempt.add_metric([], sum(r.startswith("preempted") for r in reasons))
+        preempt.add_metric([], outcomes.count(AttemptOutcome.PREEMPTED))
         yield preempt
         fallback = CounterMetricFamily(
             "budgeteer_on_demand_fallbacks", "Attempts moved from spot to on-demand while running"
         )
-        fallback.add_metric([], sum(r.startswith(SWITCH) for r in reasons))
+        fallback.add_metric([], outcomes.count(AttemptOutcome.TO_ON_DEMAND))
         yield fallback
         misses = CounterMetricFamily(
             "budgeteer_deadline_misses", "Jobs that ended after their deadline, or not at all"
@@ -114,6 +114,12 @@ class StoreCollector(Collector):
             n: GaugeMetricFamily(f"budgeteer_budget_{n}_usd", f"Budget {n}", labels=["budget"])
             for n in names
         }
+        quarantined = GaugeMetricFamily(
+            "budgeteer_jobs_quarantined",
+            "Jobs left out of planning because planning them raised (hold reason invalid)",
+        )
+        quarantined.add_metric([], sum(h.reason is HoldReason.INVALID for h in plan.holds))
+        yield quarantined
         for p in plan.budgets:
             values = {
                 "limit": p.limit_usd,

@@ -9,9 +9,10 @@ from decimal import Decimal
 from typing import Any
 
 from budgeteer.api.context import ApiContext
-from budgeteer.core.progress import Sample, eta
+from budgeteer.core.progress import eta, samples_of
 from budgeteer.domain.job import Job, JobState
-from budgeteer.service.accounting import job_cost
+from budgeteer.domain.progress import parse_progress
+from budgeteer.ledger.accounting import job_cost
 from budgeteer.store import Attempt, ProgressReport
 
 PARKED = {JobState.HELD, JobState.WAITING}
@@ -34,27 +35,13 @@ def _usd(amount: Decimal) -> str:
 
 def _progress(reports: Sequence[ProgressReport]) -> dict[str, Any] | None:
     for r in reversed(reports):
-        rec = r.record
-        step, total = rec.get("step"), rec.get("total_steps")
-        if isinstance(step, int) and isinstance(total, int) and total > 0:
-            out = {k: v for k, v in rec.items() if k not in {"at"}}
-            out["fraction"] = min(step / total, 1.0)
+        fraction = parse_progress(r.record).fraction
+        if fraction is not None:
+            out = {k: v for k, v in r.record.items() if k not in {"at"}}
+            out["fraction"] = fraction
             out["reported_at"] = r.at.isoformat()
             return out
     return None
-
-
-def _samples(reports: Sequence[ProgressReport], since: datetime | None) -> list[Sample]:
-    out: list[Sample] = []
-    for r in reports:
-        step, total = r.record.get("step"), r.record.get("total_steps")
-        if since is not None and r.at < since:
-            continue
-        if not (isinstance(step, int) and isinstance(total, int) and total > 0):
-            continue
-        if not out or step > out[-1].step:
-            out.append(Sample(r.at, step, total))
-    return out
 
 
 def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
@@ -65,7 +52,7 @@ def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
     reports = store.progress(job.id)
     current = attempts[-1] if attempts else None
     live = current if current is not None and current.ended_at is None else None
-    finish = eta(_samples(reports, live.started_at if live else None)) if live else None
+    finish = eta(samples_of(reports, live.started_at)) if live else None
     risk = False
     if finish is not None and job.deadline is not None:
         margin = (job.deadline - job.submitted_at) * ctx.policy.deadline_margin_fraction
@@ -200,7 +187,9 @@ def budget_status(ctx: ApiContext, budget_id: str, spec: dict[str, Any]) -> dict
     held = [
         h.job_id
         for h in plan.holds
-        if ("blocking_budget", budget_id) in h.details and teams[h.job_id].state.is_pending
+        if h.budget is not None
+        and budget_id in h.budget.blocking
+        and teams[h.job_id].state.is_pending
     ]
     return {
         "id": budget_id,

@@ -17,6 +17,7 @@ from rich.table import Table
 from budgeteer.cli import app, fail
 from budgeteer.config import load_config
 from budgeteer.errors import BudgeteerError
+from budgeteer.scheduler import CycleReport, Driver
 from budgeteer.service.wiring import Service, build
 from budgeteer.spec import load_jobs_file
 from budgeteer.spec.errors import spec_errors
@@ -55,7 +56,8 @@ def run(
     cycles: Annotated[int | None, typer.Option("--cycles", min=1)] = None,
     until_idle: Annotated[bool, typer.Option("--until-idle")] = False,
 ) -> None:
-    """Run the scheduler loop in the foreground (Ctrl-C to stop)."""
+    """Run the scheduler loop in the foreground (Ctrl-C stops it: running jobs checkpoint and
+    resume on the next start)."""
     try:
         svc = _service(config)
         sched = svc.scheduler()
@@ -63,38 +65,26 @@ def run(
         fail(exc)
         return
     console = Console(stderr=True)
-    lock = svc.store.leader_lock()
-    done = 0
-    try:
-        waiting = False
-        while not lock.try_acquire():
-            if not waiting:
-                console.print("another scheduler is the leader; waiting")
-                waiting = True
-            svc.clock.sleep(svc.config.interval_seconds)
-        console.print("leading")
-        while cycles is None or done < cycles:
-            try:
-                report = sched.cycle()
-            except BudgeteerError as exc:  # the top of the loop: transient errors wait and retry
-                if not exc.transient:
-                    raise
-                console.print(f"[yellow]transient error, retrying:[/] {exc}")
-                svc.clock.sleep(svc.config.interval_seconds)
-                continue
-            done += 1
-            for job_id in report.launched:
-                console.print(f"launched {job_id}")
-            for job_id, state in report.finished:
-                console.print(f"attempt of {job_id} ended: {state.value}")
-            jobs = svc.store.jobs()
-            if until_idle and jobs and all(j.state.is_terminal for j in jobs):
-                break
-            sched.wait_for_event(svc.config.interval_seconds)
-    except KeyboardInterrupt:
-        console.print("stopping")
-    finally:
-        lock.release()
+
+    def show(report: CycleReport, seconds: float) -> None:
+        for job_id in report.launched:
+            console.print(f"launched {job_id}")
+        for job_id, state in report.finished:
+            console.print(f"attempt of {job_id} ended: {state.value}")
+        for job_id in report.quarantined:
+            console.print(f"[yellow]quarantined {job_id}: its planning raised (see status)[/]")
+        for job_id, error in report.errors:
+            console.print(f"[yellow]backend error for {job_id}:[/] {error}")
+
+    driver = Driver(
+        sched,
+        svc.store.leader_lock(),
+        svc.config.interval_seconds,
+        min_gap_seconds=0.0,
+        on_report=show,
+        say=console.print,
+    )
+    driver.run(cycles, until_idle=until_idle)
 
 
 @app.command("status")

@@ -1,8 +1,10 @@
 """The pure decision core: ``plan_cycle(snapshot, policy) -> Plan``."""
 
+from budgeteer.core.candidates import FrontCache
 from budgeteer.core.cycle import plan_cycle
 from budgeteer.core.outcomes import (
     Admission,
+    BudgetBlock,
     BudgetProjection,
     DependencyFailure,
     Expiry,
@@ -20,9 +22,11 @@ from budgeteer.core.snapshot import Allocation, Snapshot
 __all__ = [
     "Admission",
     "Allocation",
+    "BudgetBlock",
     "BudgetProjection",
     "DependencyFailure",
     "Expiry",
+    "FrontCache",
     "Hold",
     "HoldReason",
     "Placement",

@@ -17,7 +17,7 @@ from decimal import Decimal
 from types import MappingProxyType
 
 from budgeteer.core.candidates import Candidates, Front
-from budgeteer.core.outcomes import Hold, HoldReason, WakeOn
+from budgeteer.core.outcomes import BudgetBlock, Hold, HoldReason, WakeOn
 from budgeteer.core.policy import Policy
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.budget import Budget
@@ -208,11 +208,6 @@ def apply_quotas(passed: AdmissionPass, snapshot: Snapshot, policy: Policy) -> A
     return AdmissionPass(tuple(admitted), tuple(holds))
 
 
-def hold_budgets(hold: Hold) -> tuple[str, ...]:
-    """The budgets that blocked a budget hold (from its details)."""
-    return tuple(v for k, v in hold.details if k == "blocking_budget")
-
-
 def _budget_hold(
     job: Job, options: Sequence[Front], covering: Sequence[BudgetTally], rooms: Sequence[float]
 ) -> tuple[Hold, list[BudgetTally]]:
@@ -243,6 +238,11 @@ def _budget_hold(
             ("projected_usd", f"{projected:.2f}"),
             ("cheapest_plan_usd", f"{cost:.2f}"),
             ("cheapest_variant", cheapest.variant.value),
+        ),
+        BudgetBlock(
+            tuple(t.budget.id for t in blocking),
+            Decimal(repr(cost)),
+            Decimal(repr(tight.allowance[tier])) - Decimal(repr(projected)),
         ),
     )
     return hold, blocking

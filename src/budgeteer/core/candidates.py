@@ -261,14 +261,49 @@ class _Priced:
     finishes: list[float] = field(default_factory=list, compare=False, repr=False)  # sorted
 
 
-#: Each job's whole front with no deadline (``timeless``), per (placements, variant, policy,
-#: the job's work and limits), reused across cycles: a deadline ``h`` hours away only drops the
-#: points finishing later than ``h`` — a point's standing depends only on cheaper points that
-#: finish sooner, which a deadline it meets keeps too — so the front at ``h`` is the timeless
-#: front's points with finish ≤ ``h``, cut to ``Policy.max_front``, exactly. A memo of a pure
-#: function, bounded, thread-safe (shares the configs memo's lock); jobs with equal work share.
-_PRICED: OrderedDict[tuple[object, ...], tuple[Configs, object, _Priced]] = OrderedDict()
-_PRICED_SIZE = 8192
+class FrontCache:
+    """Memos of two pure functions, owned by the caller and passed to :func:`nominate` (the
+    scheduler keeps one for its loop; a one-off plan makes a fresh one). Both are valid for one
+    world — offerings, throughput and egress — and the cache empties itself when a snapshot
+    brings another (compared by value; an unchanged tuple is recognised at once by identity),
+    so no key is an object's ``id``.
+
+    - **placements**: the pruned placements per (resource shape, policy);
+    - **timeless fronts**: each job's whole front with no deadline, per (shape, variant,
+      policy, the job's work and limits): a deadline ``h`` hours away only drops the points
+      finishing later than ``h`` — a point's standing depends only on cheaper points that
+      finish sooner, which a deadline it meets keeps too — so the front at ``h`` is the
+      timeless front's points with finish ≤ ``h``, cut to ``Policy.max_front``, exactly.
+
+    Bounded (least recently used entries go first) and safe to share between threads (one
+    lock)."""
+
+    def __init__(self, max_configs: int = 1024, max_fronts: int = 8192) -> None:
+        self.max_configs = max_configs
+        self.max_fronts = max_fronts
+        self.lock = threading.Lock()
+        self._world: tuple[object, ...] | None = None
+        self.configs: OrderedDict[tuple[object, ...], Configs] = OrderedDict()
+        self.fronts: OrderedDict[tuple[object, ...], _Priced] = OrderedDict()
+
+    def enter(self, snapshot: Snapshot) -> None:
+        """Forget everything when ``snapshot`` is of another world than the cached one (call
+        with the lock held)."""
+        world = (snapshot.offerings, snapshot.throughput, snapshot.egress)
+        old = self._world
+        if old is not None and all(a is b for a, b in zip(old, world, strict=True)):
+            return
+        if old != world:
+            self.configs.clear()
+            self.fronts.clear()
+        self._world = world
+
+    def trim(self) -> None:
+        """Drop the least recently used entries beyond the bounds (lock held)."""
+        while len(self.configs) > self.max_configs:
+            self.configs.popitem(last=False)
+        while len(self.fronts) > self.max_fronts:
+            self.fronts.popitem(last=False)
 
 
 def _cut(timeless: _Priced, horizon: float, max_front: int) -> _Priced | None:
@@ -306,11 +341,13 @@ def _cut_front(timeless: _Priced, horizon: float, max_front: int) -> _Priced | N
 def _priced(
     snapshot: Snapshot,
     jobs: Sequence[Job],
+    shape: tuple[object, ...],
     configs: Configs,
     throughput: dict[str, float],
     policy: Policy,
     variant: Variant,
     due: Mapping[str, datetime],
+    cache: FrontCache,
 ) -> list[_Priced]:
     """Each job's :class:`_Priced` for ``variant``: cut from its memoised timeless front where
     that leaves a point, else priced in one vectorised pass (see :func:`_front`).
@@ -327,13 +364,12 @@ def _priced(
     found: list[_Priced | None] = [None] * len(jobs)
     horizons: list[float] = []
     missing: dict[tuple[object, ...], list[int]] = {}
-    with _MEMO_LOCK:
+    with cache.lock:
         for row, job in enumerate(jobs):
             deadline = due.get(job.id, job.deadline)
             horizons.append((deadline - now).total_seconds() / 3600.0 if deadline else math.inf)
             key: tuple[object, ...] = (
-                id(configs),
-                id(snapshot.egress),
+                shape,
                 variant,
                 policy,
                 job.work,
@@ -343,11 +379,11 @@ def _priced(
                 job.restart_overhead_seconds,
                 job.data,
             )
-            hit = _PRICED.get(key)
-            if hit is not None and hit[0] is configs and hit[1] is snapshot.egress:
-                _PRICED.move_to_end(key)
-                if waiting is None or not _waits_for(hit[2], waiting):
-                    found[row] = _cut(hit[2], horizons[row], policy.max_front)
+            hit = cache.fronts.get(key)
+            if hit is not None:
+                cache.fronts.move_to_end(key)
+                if waiting is None or not _waits_for(hit, waiting):
+                    found[row] = _cut(hit, horizons[row], policy.max_front)
             else:
                 missing.setdefault(key, []).append(row)
     if missing:
@@ -362,7 +398,7 @@ def _priced(
             due,
             timeless=True,
         )
-        with _MEMO_LOCK:
+        with cache.lock:
             for i, (missed, rows) in enumerate(missing.items()):
                 front = fronts[i]
                 timeless = _Priced(
@@ -372,13 +408,12 @@ def _priced(
                     math.inf,
                     finishes=sorted(front.finish_hours[: front.size].tolist()),
                 )
-                _PRICED[missed] = (configs, snapshot.egress, timeless)
+                cache.fronts[missed] = timeless
                 if waiting is not None and _waits_for(timeless, waiting):
                     continue
                 for row in rows:
                     found[row] = _cut(timeless, horizons[row], policy.max_front)
-            while len(_PRICED) > _PRICED_SIZE:
-                _PRICED.popitem(last=False)
+            cache.trim()
     empty = [row for row, p in enumerate(found) if p is None]
     if empty:  # nothing meets the deadline (or waits matter): price directly
         direct = _direct(
@@ -414,36 +449,34 @@ def _direct(
     ]
 
 
-#: Pruned placements per (offerings, throughput, resource shape, policy), reused across cycles:
-#: a memo of a pure function (the same inputs give the same configs), bounded, thread-safe. The
-#: offerings tuple is compared by identity, so a changed catalog is a new entry.
-_MEMO: OrderedDict[tuple[object, ...], tuple[object, Configs]] = OrderedDict()
-_MEMO_SIZE = 1024
-_MEMO_LOCK = threading.Lock()
-
-
-def _configs(snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Policy) -> Configs:
-    memo_key = (id(snapshot.offerings), snapshot.throughput, key, policy)
-    with _MEMO_LOCK:
-        hit = _MEMO.get(memo_key)
-        if hit is not None and hit[0] is snapshot.offerings:
-            _MEMO.move_to_end(memo_key)
-            return hit[1]
+def _configs(
+    snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Policy, cache: FrontCache
+) -> Configs:
+    """The pruned placements of a resource shape (memoised in ``cache``)."""
+    memo_key = (key, policy)
+    with cache.lock:
+        cache.enter(snapshot)
+        hit = cache.configs.get(memo_key)
+        if hit is not None:
+            cache.configs.move_to_end(memo_key)
+            return hit
     table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
     configs = prune(
         build_configs(job, table, policy),
         group_by_venue=key[6] is not None,
         group_by_accelerator=bool(key[7]),
     )
-    with _MEMO_LOCK:
-        _MEMO[memo_key] = (snapshot.offerings, configs)
-        while len(_MEMO) > _MEMO_SIZE:
-            _MEMO.popitem(last=False)
+    with cache.lock:
+        cache.configs[memo_key] = configs
+        cache.trim()
     return configs
 
 
-def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[str, Candidates]:
-    """Candidates for every job in ``jobs`` (by job id), fronts cheapest first.
+def nominate(
+    snapshot: Snapshot, jobs: Sequence[Job], policy: Policy, cache: FrontCache | None = None
+) -> dict[str, Candidates]:
+    """Candidates for every job in ``jobs`` (by job id), fronts cheapest first; ``cache``
+    carries the memos of earlier calls over the same world (see :class:`FrontCache`).
 
     A job that can no longer meet its deadline is not held for ever. With ``on_deadline_miss:
     run`` (and ``Policy.run_late_jobs``) it is planned *late*, against a fresh deadline: a job
@@ -469,7 +502,8 @@ def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[st
                 f"late: the deadline {job.deadline:%Y-%m-%d %H:%M} UTC has passed; planned to "
                 f"finish by {due[job.id]:%Y-%m-%d %H:%M} UTC"
             )
-    out, fastest = _nominate(snapshot, jobs, policy, due, late)
+    cache = cache if cache is not None else FrontCache()
+    out, fastest = _nominate(snapshot, jobs, policy, due, late, cache)
     again: list[Job] = []
     for job in jobs if run_late else ():
         c = out[job.id]
@@ -486,7 +520,7 @@ def nominate(snapshot: Snapshot, jobs: Sequence[Job], policy: Policy) -> dict[st
             )
             again.append(job)
     if again:
-        out.update(_nominate(snapshot, again, policy, due, late)[0])
+        out.update(_nominate(snapshot, again, policy, due, late, cache)[0])
     return out
 
 
@@ -500,6 +534,7 @@ def _nominate(
     policy: Policy,
     due: Mapping[str, datetime],
     late: Mapping[str, str],
+    cache: FrontCache,
 ) -> tuple[dict[str, Candidates], dict[str, float]]:
     """Candidates per job and each job's fastest finish in hours (``inf`` when unknown);
     ``due`` overrides the deadlines of the jobs planned ``late``."""
@@ -510,7 +545,7 @@ def _nominate(
     out: dict[str, Candidates] = {}
     fastest_of: dict[str, float] = {}
     for key, shaped in shapes.items():
-        configs = _configs(snapshot, key, shaped[0], policy)
+        configs = _configs(snapshot, key, shaped[0], policy, cache)
         passed = [
             j
             for j in shaped
@@ -536,12 +571,22 @@ def _nominate(
                     job, _empty_front(configs, Variant.FULL), None, _no_offering_message(job)
                 )
             continue
-        full = _priced(snapshot, members, configs, throughput, policy, Variant.FULL, due)
+        full = _priced(
+            snapshot, members, key, configs, throughput, policy, Variant.FULL, due, cache
+        )
         incr_jobs = [j for j in members if j.incremental_reference_hours is not None]
         incr: dict[str, _Priced] = {}
         if incr_jobs:
             priced = _priced(
-                snapshot, incr_jobs, configs, throughput, policy, Variant.INCREMENTAL, due
+                snapshot,
+                incr_jobs,
+                key,
+                configs,
+                throughput,
+                policy,
+                Variant.INCREMENTAL,
+                due,
+                cache,
             )
             incr = {j.id: p for j, p in zip(incr_jobs, priced, strict=True)}
         for job, p in zip(members, full, strict=True):

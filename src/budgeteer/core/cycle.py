@@ -20,7 +20,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from budgeteer.core.admit import Admitted, BudgetTally, admit, apply_quotas, budget_tallies
-from budgeteer.core.candidates import Candidates, nominate
+from budgeteer.core.candidates import Candidates, FrontCache, nominate
 from budgeteer.core.order import order_queue
 from budgeteer.core.outcomes import (
     Admission,
@@ -39,8 +39,12 @@ from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.tier import Tier
 
 
-def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
-    """Plan one cycle: a pure, deterministic function of ``snapshot`` and ``policy``."""
+def plan_cycle(
+    snapshot: Snapshot, policy: Policy | None = None, cache: FrontCache | None = None
+) -> Plan:
+    """Plan one cycle: a pure, deterministic function of ``snapshot`` and ``policy``.
+    ``cache`` (owned by the caller) keeps the memos of pure steps between calls; the plan is
+    the same with or without it."""
     policy = policy or Policy()
     parked = snapshot.parked
     pending = [j for j in snapshot.jobs if j.state.is_pending and j.id not in parked]
@@ -48,7 +52,7 @@ def plan_cycle(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
     # 1. ready
     ready = readiness(pending, states)
     # 2. nominate
-    candidates = nominate(snapshot, ready.ready, policy)
+    candidates = nominate(snapshot, ready.ready, policy, cache)
     expired = tuple(
         Expiry(c.job.id, c.infeasible or "deadline passed")
         for c in candidates.values()

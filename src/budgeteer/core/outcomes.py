@@ -71,6 +71,7 @@ class HoldReason(StrEnum):
     CAPACITY = "capacity"
     INFEASIBLE = "infeasible"
     QUOTA = "quota"
+    INVALID = "invalid"  # planning this job raised: quarantined, the others planned without it
 
 
 class WakeOn(StrEnum):
@@ -82,6 +83,17 @@ class WakeOn(StrEnum):
     PRICE_DROP = "price_drop"
     CAPACITY_FREED = "capacity_freed"
     OFFERINGS_CHANGED = "offerings_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBlock:
+    """The exact figures of a budget hold, for the scheduler's wake rules: the budgets that
+    block the job, its cheapest plan, and the room the tightest of them leaves its tier (the
+    plan's float estimates, carried as ``Decimal`` of their exact binary values)."""
+
+    blocking: tuple[str, ...]
+    cheapest_usd: Decimal
+    room_usd: Decimal
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,7 @@ class Hold:
     wake_on: tuple[WakeOn, ...]
     wake_at: datetime | None = None
     details: tuple[tuple[str, str], ...] = ()
+    budget: BudgetBlock | None = None  # set on budget holds
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,13 @@ and whether a stalled loss calls for an early stop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from budgeteer.domain.job import SwitchRule
+from budgeteer.domain.progress import parse_progress
 
 RATE_SMOOTHING = 0.3  # weight of the newest rate sample
 
@@ -104,3 +106,33 @@ def loss_stalled(losses: Sequence[float], min_delta: float, patience: int) -> bo
         return False
     best_before = min(losses[:-patience])
     return min(losses[-patience:]) > best_before - min_delta
+
+
+def samples_of(
+    reports: Iterable[tuple[datetime, Mapping[str, object]] | _Report],
+    since: datetime | None = None,
+) -> list[Sample]:
+    """The step samples of progress reports (``(at, record)`` pairs, or records with ``at``
+    and ``record``) sent at or after ``since``: each record parsed by
+    :func:`~budgeteer.domain.progress.parse_progress`, only those whose step advanced kept."""
+    out: list[Sample] = []
+    for report in reports:
+        at, record = report if isinstance(report, tuple) else (report.at, report.record)
+        if since is not None and at < since:
+            continue
+        p = parse_progress(record)
+        if p.step is None or p.total_steps is None:
+            continue
+        if not out or p.step > out[-1].step:
+            out.append(Sample(at, p.step, p.total_steps))
+    return out
+
+
+class _Report(Protocol):
+    """A stored progress report (as :class:`budgeteer.store.base.ProgressReport`)."""
+
+    @property
+    def at(self) -> datetime: ...
+
+    @property
+    def record(self) -> Mapping[str, object]: ...

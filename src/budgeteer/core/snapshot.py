@@ -30,7 +30,7 @@ class Snapshot:
     ledger (at least the current periods and the fair-share half-life window). ``parked``
     names pending jobs the supervisor leaves out of this cycle's planning (held for budget or
     quota a moment ago, nothing has happened since that could admit them: see
-    :mod:`budgeteer.service.loop`); they still count as known jobs for their dependents.
+    :mod:`budgeteer.scheduler`); they still count as known jobs for their dependents.
     """
 
     now: datetime

@@ -41,6 +41,7 @@ from rich.table import Table
 
 from budgeteer.catalog import load_catalog
 from budgeteer.client import Client
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import SqlStore
 
 TIME_SCALE = 120
@@ -276,7 +277,7 @@ def report(run: DemoRun, views: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "placement": (v.get("placement") or {}).get("instance_type"),
                 "market_history": v["market_history"],
                 "preemptions": sum(
-                    (a.exit_reason or "").startswith("preempted") for a in store.attempts(v["id"])
+                    a.outcome is AttemptOutcome.PREEMPTED for a in store.attempts(v["id"])
                 ),
                 "cost_usd": v["cost"]["accrued_usd"],
                 "on_demand_equivalent_usd": v["cost"]["on_demand_equivalent_usd"],

@@ -1,6 +1,2 @@
-"""The imperative shell: the scheduler loop that plans from the store and acts through a
-backend."""
-
-from budgeteer.service.loop import CycleReport, Scheduler
-
-__all__ = ["CycleReport", "Scheduler"]
+"""The service: ``budgeteer serve`` (API + scheduler loop), its composition root (wiring) and
+webhooks. The scheduler itself lives in :mod:`budgeteer.scheduler`."""

@@ -15,7 +15,6 @@ import os
 import secrets
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,8 +25,8 @@ from fastapi import FastAPI
 from budgeteer.api import ApiContext, create_app
 from budgeteer.api.app import cycle_histogram
 from budgeteer.api.auth import job_token
-from budgeteer.errors import BudgeteerError
-from budgeteer.service.loop import Scheduler
+from budgeteer.scheduler import CycleReport, Driver, Scheduler
+from budgeteer.scheduler.driver import log_report
 from budgeteer.service.webhooks import Notifier
 from budgeteer.service.wiring import Service
 from budgeteer.store.leader import LeaderLock
@@ -85,64 +84,42 @@ def secret_key(workdir: Path) -> bytes:
 
 
 class LoopThread(threading.Thread):
-    """The scheduler loop of ``serve`` (see the module docstring)."""
+    """The scheduler loop of ``serve``: the shared :class:`~budgeteer.scheduler.Driver` in a
+    background thread, timing each cycle into ``budgeteer_scheduler_cycle_seconds``."""
 
     def __init__(
         self, sched: Scheduler, lock: LeaderLock, interval_seconds: float, app: FastAPI
     ) -> None:
         super().__init__(name="budgeteer-loop", daemon=True)
         self.sched = sched
-        self.lock = lock
-        self.interval = interval_seconds
-        self.app = app
-        self.stopping = threading.Event()
-        self.leading = False
+
+        def on_report(report: CycleReport, seconds: float) -> None:
+            cycle_histogram(app).observe(seconds)
+            log_report(report, seconds)
+
+        self.driver = Driver(
+            sched,
+            lock,
+            interval_seconds,
+            min_gap_seconds=MIN_CYCLE_GAP_SECONDS,
+            on_report=on_report,
+        )
+        self.stopping = self.driver.stopping
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness of the loop (see :meth:`~budgeteer.scheduler.Driver.ready`)."""
+        if not self.is_alive():
+            return True, "no scheduler in this process"
+        return self.driver.ready()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica runs the scheduler now."""
+        return self.driver.leading
 
     def run(self) -> None:
         """Lead, cycle, and on stop shut down gracefully."""
-        clock = self.sched.clock
-        while not self.stopping.is_set():
-            if not self.leading:
-                self.leading = self.lock.try_acquire()
-                if not self.leading:
-                    self.stopping.wait(1.0)
-                    continue
-                log.info("leading: this replica runs the scheduler")
-            started = time.perf_counter()
-            try:
-                report = self.sched.cycle()
-            except BudgeteerError as exc:
-                log.warning("cycle failed (%s): %s", "transient" if exc.transient else "final", exc)
-                self.stopping.wait(1.0)
-                continue
-            except Exception:  # the top of the loop: log, keep serving, try again
-                log.exception("cycle crashed")
-                self.stopping.wait(1.0)
-                continue
-            cycle_histogram(self.app).observe(time.perf_counter() - started)
-            for job_id in report.launched:
-                log.info("launched %s", job_id, extra={"job_id": job_id})
-            for job_id, state in report.finished:
-                log.info("attempt of %s ended: %s", job_id, state.value, extra={"job_id": job_id})
-            self._wait(clock)
-        if self.leading:
-            grace = float(getattr(self.sched.backend, "grace_seconds", 30.0))
-            left = self.sched.shutdown(grace + 30.0)
-            if left:
-                log.warning("%d attempts still running at exit; adopted on the next start", left)
-            self.lock.release()
-
-    def _wait(self, clock: object) -> None:
-        """Until the interval passes, an event happens, or we are asked to stop — but at least
-        ``MIN_CYCLE_GAP_SECONDS`` of real time after a cycle, so a burst of submissions is
-        planned in one cycle instead of starving the API of CPU."""
-        self.stopping.wait(MIN_CYCLE_GAP_SECONDS)
-        waited = 0.0
-        slice_seconds = min(self.interval, 1.0 * float(getattr(clock, "scale", 1.0)))
-        while waited < self.interval and not self.stopping.is_set():
-            if self.sched.wait_for_event(slice_seconds):
-                return
-            waited += slice_seconds
+        self.driver.run()
 
 
 class WebhookThread(threading.Thread):
@@ -192,6 +169,7 @@ def build_app(
         policy=sched.policy,
         max_body_bytes=cfg.api.max_body_bytes,
         is_leader=lambda: holder["loop"].leading,
+        loop_ready=lambda: holder["loop"].ready(),  # noqa: PLW0108 - the thread is made below
         checkpoint_root=sched.checkpoint_root,
     )
 

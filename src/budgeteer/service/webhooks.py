@@ -29,7 +29,7 @@ import httpx
 
 from budgeteer.clock import Clock
 from budgeteer.core.policy import Policy
-from budgeteer.core.progress import Sample, behind_schedule, eta
+from budgeteer.core.progress import behind_schedule, eta, samples_of
 from budgeteer.domain.job import Job, JobState
 from budgeteer.store.base import Store, WebhookDelivery
 
@@ -147,25 +147,13 @@ class Notifier:
         attempts = self.store.attempts(job.id)
         if not attempts or attempts[-1].ended_at is not None:
             return False
-        started = attempts[-1].started_at
-        samples: list[Sample] = []
-        for r in self.store.progress(job.id):
-            step, total = r.record.get("step"), r.record.get("total_steps")
-            if r.at < started or not isinstance(step, int) or not isinstance(total, int):
-                continue
-            if total > 0 and (not samples or step > samples[-1].step):
-                samples.append(Sample(r.at, step, total))
+        samples = samples_of(self.store.progress(job.id), attempts[-1].started_at)
         margin = (job.deadline - job.submitted_at) * self.policy.deadline_margin_fraction
         return behind_schedule(samples, job.deadline, margin)
 
     def _payload(self, job: Job, kind: str, now: datetime) -> dict[str, Any]:
         accrued = sum((e.amount_usd for e in self.store.ledger(job.id)), Decimal(0))
-        samples = [
-            Sample(r.at, r.record["step"], r.record["total_steps"])
-            for r in self.store.progress(job.id)
-            if isinstance(r.record.get("step"), int)
-            and isinstance(r.record.get("total_steps"), int)
-        ]
+        samples = samples_of(self.store.progress(job.id))
         finish = eta(samples) if kind == "deadline_risk" else None
         return {
             "event": kind,

@@ -15,7 +15,7 @@ from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
 from budgeteer.config import RateMarketConfig, ServiceConfig
 from budgeteer.domain.budget import Budget
-from budgeteer.service.loop import Scheduler
+from budgeteer.scheduler import Scheduler
 from budgeteer.spec import load_budgets_file
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.files import read_document

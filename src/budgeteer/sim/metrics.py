@@ -3,7 +3,7 @@ series its report plots. Everything is computed from the run's store (jobs, even
 ledger) after the fact, so the numbers are the ledger's, not a model's.
 
 - ``cost_usd`` — the ledger's total; ``on_demand_equivalent_usd`` — the same instance-hours at
-  on-demand prices (:mod:`budgeteer.service.accounting`);
+  on-demand prices (:mod:`budgeteer.ledger.accounting`);
 - ``budget_overrun_usd`` — Σ over budgets and their periods of accrued above the limit;
 - ``sla_met_fraction`` per tier — among jobs whose deadline fell inside the horizon, the share
   that succeeded by it (``None`` when a tier had none);
@@ -21,8 +21,9 @@ from typing import Any
 
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import JobState
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
-from budgeteer.service.accounting import OnDemandPrices, job_cost
+from budgeteer.ledger.accounting import OnDemandPrices, job_cost
 from budgeteer.sim.run import SimRun
 from budgeteer.sim.scenario import Built
 
@@ -64,7 +65,7 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
         "jobs_submitted": len(jobs),
         "jobs_completed": sum(j.state is JobState.SUCCEEDED for j in jobs.values()),
         "jobs_held_at_end": sum(j.state is JobState.HELD for j in jobs.values()),
-        "preemptions": sum((a.exit_reason or "").startswith("preempted") for a in attempts),
+        "preemptions": sum(a.outcome is AttemptOutcome.PREEMPTED for a in attempts),
         "waste_usd": float(waste),
         "cycles": run.cycles,
     }

@@ -1,6 +1,6 @@
 """Drive the service's own scheduler loop on simulated time.
 
-:func:`simulate` wires a :class:`~budgeteer.service.loop.Scheduler` — the very class
+:func:`simulate` wires a :class:`~budgeteer.scheduler.Scheduler` — the very class
 ``budgeteer serve`` runs — to a :class:`~budgeteer.sim.kernel.SimClock`, a
 :class:`~budgeteer.sim.backend.SimBackend` and an in-memory store, submits each job at its
 arrival time, and runs a cycle whenever something happened (an arrival, an attempt starting or
@@ -11,7 +11,6 @@ its time. Nothing reads the wall clock; a run is a pure function of its inputs.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +21,8 @@ from budgeteer.catalog import Catalog
 from budgeteer.core import Policy
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job
-from budgeteer.service.loop import Scheduler
+from budgeteer.scheduler import Scheduler
+from budgeteer.scheduler.progress import StoreProgress
 from budgeteer.sim.backend import SimBackend
 from budgeteer.sim.kernel import Kernel, SimClock
 from budgeteer.store import MemoryStore
@@ -98,8 +98,17 @@ def simulate(
         on_change=wake,
         fails=fails,
     )
-    workdir = Path(tempfile.gettempdir()) / "budgeteer-sim-no-files"
-    sched = Scheduler(store, backend, catalog, clock, workdir, budgets=budgets, policy=policy)
+    # progress comes from the store (the simulated backend posts it): no file is ever read
+    sched = Scheduler(
+        store,
+        backend,
+        catalog,
+        clock,
+        Path("/nonexistent/budgeteer-sim"),
+        budgets=budgets,
+        policy=policy,
+        progress=StoreProgress(store),
+    )
     for arrival in sorted(arrivals, key=lambda a: (a.at, a.job.seq)):
 
         def submit(job: Job = arrival.job) -> None:

@@ -58,7 +58,10 @@ def parse_duration(text: str) -> timedelta:
     if not text.strip() or match is None or not any(match.groups()):
         raise ValueError(f"expected a duration like '4h', '90m' or '1d12h', got {text!r}")
     days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    delta = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        delta = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration {text!r} is too long") from None
     if delta <= timedelta(0):
         raise ValueError(f"duration must be positive, got {text!r}")
     return delta
@@ -338,7 +341,10 @@ def job_from_spec(
 
 def _deadline(spec: JobSpec, now: datetime, p: str, source: str | None) -> datetime | None:
     if spec.sla is not None:
-        return now + parse_duration(spec.sla)
+        try:
+            return now + parse_duration(spec.sla)
+        except OverflowError:
+            raise SpecError(f"{p}sla", f"{spec.sla!r} ends past the year 9999", source) from None
     if spec.deadline is not None and spec.deadline <= now:
         raise SpecError(
             f"{p}deadline",

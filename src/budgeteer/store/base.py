@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
 
@@ -69,6 +70,7 @@ class Attempt:
     expected_cost_usd: Decimal = Decimal(0)
     instances: int = 1
     workers: int = 1
+    outcome: AttemptOutcome | None = None  # how it ended, as a value (None while open)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +198,11 @@ class Store(Protocol):
         ``workers`` workers, with the cost its plan expects."""
         ...
 
-    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
-        """Record how an attempt ended; ending it again with the same outcome is a no-op."""
+    def end_attempt(
+        self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
+    ) -> Attempt:
+        """Record how an attempt ended (``outcome``, and ``exit_reason`` for people); ending
+        it again is a no-op."""
         ...
 
     def attempts(self, job_id: str | None = None) -> list[Attempt]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent, check_transition
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store.base import (
     AlreadyExists,
     ApiToken,
@@ -174,14 +175,18 @@ class MemoryStore:
             self._attempts_of.setdefault(job_id, []).append(attempt.id)
             return attempt
 
-    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
+    def end_attempt(
+        self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
+    ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             if not 1 <= attempt_id <= len(self._attempts):
                 raise UnknownJob(f"no attempt {attempt_id}")
             attempt = self._attempts[attempt_id - 1]
             if attempt.ended_at is None:
-                attempt = dataclasses.replace(attempt, ended_at=at, exit_reason=exit_reason)
+                attempt = dataclasses.replace(
+                    attempt, ended_at=at, exit_reason=exit_reason, outcome=outcome
+                )
                 self._attempts[attempt_id - 1] = attempt
             return attempt
 

@@ -112,6 +112,7 @@ attempts = sa.Table(
     sa.Column("expected_cost_usd", ExactDecimal, nullable=False, server_default="0"),
     sa.Column("instances", sa.Integer, nullable=False, server_default="1"),
     sa.Column("workers", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("outcome", sa.String(32)),
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
 )
 

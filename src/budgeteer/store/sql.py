@@ -3,18 +3,29 @@
 The schema comes from the Alembic migrations in ``migrations/`` (run on open). Every method is
 one transaction. On SQLite, writers take the lock up front (``BEGIN IMMEDIATE``) and wait for it
 (``busy_timeout``); on PostgreSQL, a transition locks the job's row (``SELECT … FOR UPDATE``).
-A lost connection or a lock timeout is reported as transient.
+Transient database errors are handled in one place for every method (the way APScheduler 4's
+stores share a retry mixin): a lost connection, a server that is restarting, a lock timeout —
+SQLAlchemy's ``OperationalError`` and ``InterfaceError``, or any error that invalidated the
+connection — are retried after ``RETRY_DELAYS_SECONDS`` (the pool reconnects, ``pre_ping``
+discards dead connections), then reported as :class:`StoreUnavailable` (``transient``): the
+scheduler's driver retries the cycle, the API answers 503. Other errors are final and never
+retried. Every method is one transaction, so a failed try wrote nothing; the writes a retry
+could repeat after a commit whose answer was lost are guarded by the store's own checks (the
+ledger's key per attempt and start, idempotency keys, the lifecycle table).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from alembic import command
@@ -24,6 +35,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.errors import BudgeteerError
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
@@ -48,12 +60,54 @@ from budgeteer.store.leader import (
 )
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+log = logging.getLogger("budgeteer.store")
 
 
 class StoreUnavailable(BudgeteerError):
     """The database could not be reached or was locked for too long (retry later)."""
 
     transient = True
+
+
+#: Waits (real seconds) before each retry of a method that met a transient database error.
+RETRY_DELAYS_SECONDS = (0.1, 0.3, 1.0, 2.0)
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a database error is worth retrying (see the module docstring)."""
+    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError) or (
+        isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+    )
+
+
+def _retrying(method: _Method) -> _Method:
+    @functools.wraps(method)
+    def wrapper(self: SqlStore, *args: Any, **kw: Any) -> Any:
+        for delay in (*self.retry_delays, None):
+            try:
+                return method(self, *args, **kw)
+            except sa.exc.DBAPIError as exc:
+                if not is_transient(exc):
+                    raise
+                if delay is None:
+                    raise StoreUnavailable(f"{method.__name__}: {exc.orig}") from exc
+                log.warning("store %s: %s; retrying in %.1f s", method.__name__, exc.orig, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    return cast(_Method, wrapper)
+
+
+def _retry_transient(cls: type[SqlStore]) -> type[SqlStore]:
+    """Wrap every public method of the store in :func:`_retrying`."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_") and name not in _NOT_RETRIED:
+            setattr(cls, name, _retrying(member))
+    return cls
+
+
+_NOT_RETRIED = frozenset({"close", "leader_lock"})
 
 
 def _sqlite_setup(engine: Engine) -> None:
@@ -80,8 +134,11 @@ def migrate(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+@_retry_transient
 class SqlStore:
     """Implements :class:`~budgeteer.store.base.Store` on SQLite or PostgreSQL."""
+
+    retry_delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -195,8 +252,6 @@ class SqlStore:
             if known is None:
                 raise IdempotencyConflict("a job id in this batch exists already") from None
             return _replay(known, request_hash, idempotency_key)
-        except sa.exc.OperationalError as exc:
-            raise StoreUnavailable(str(exc.orig)) from exc
 
     def job(self, job_id: str) -> Job:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -361,13 +416,15 @@ class SqlStore:
             workers=workers,
         )
 
-    def end_attempt(self, attempt_id: int, *, at: datetime, exit_reason: str) -> Attempt:
+    def end_attempt(
+        self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
+    ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._tx() as conn:
             conn.execute(
                 t.attempts.update()
                 .where((t.attempts.c.id == attempt_id) & t.attempts.c.ended_at.is_(None))
-                .values(ended_at=at, exit_reason=exit_reason)
+                .values(ended_at=at, exit_reason=exit_reason, outcome=outcome.value)
             )
             row = conn.execute(sa.select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
         if row is None:
@@ -653,6 +710,7 @@ def _attempt(row: Any) -> Attempt:
         row.expected_cost_usd,
         row.instances,
         row.workers,
+        AttemptOutcome(row.outcome) if row.outcome else None,
     )
 
 

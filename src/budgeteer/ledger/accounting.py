@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from budgeteer.catalog import Catalog
 from budgeteer.domain.offering import Market, Offering
+from budgeteer.ledger.billing import amount_usd
 from budgeteer.store.base import Attempt, LedgerEntry
 
 ZERO = Decimal(0)
@@ -71,9 +72,8 @@ def job_cost(
     for e in entries:
         accrued += e.amount_usd
         billed[e.attempt_id] = billed.get(e.attempt_id, ZERO) + e.amount_usd
-        hours = Decimal(str((e.end - e.start).total_seconds())) / Decimal(3600)
         od = prices.usd_per_hour(offering_of.get(e.attempt_id, ""), e.usd_per_hour)
-        equivalent += od * e.instances * hours
+        equivalent += amount_usd(od, e.instances, e.start, e.end)
     committed = sum(
         (
             max(ZERO, a.expected_cost_usd - billed.get(a.id, ZERO))

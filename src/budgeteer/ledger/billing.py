@@ -1,0 +1,41 @@
+"""Billing: an attempt's time into exact ledger entries, one per stretch at one price.
+
+An entry's amount is ``usd_per_hour × instances × seconds / 3600`` in ``Decimal`` — the one
+formula every reader of the ledger (accounting's on-demand equivalent included) uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+
+from budgeteer.store.base import Attempt, LedgerEntry
+
+_HOUR = Decimal(3600)
+
+
+def amount_usd(usd_per_hour: Decimal, instances: int, start: datetime, end: datetime) -> Decimal:
+    """What ``instances`` instances cost over ``[start, end)`` at ``usd_per_hour`` each."""
+    seconds = Decimal(str((end - start).total_seconds()))
+    return usd_per_hour * instances * seconds / _HOUR
+
+
+def ledger_entries(
+    attempt: Attempt, segments: Iterable[tuple[datetime, datetime, Decimal, str]]
+) -> list[LedgerEntry]:
+    """The entries for ``attempt`` over price ``segments`` (start, end, price, its source), as
+    the backend's market reports them: every instance of the attempt billed."""
+    return [
+        LedgerEntry(
+            attempt.id,
+            attempt.job_id,
+            start,
+            end,
+            price,
+            amount_usd(price, attempt.instances, start, end),
+            source,
+            attempt.instances,
+        )
+        for start, end, price, source in segments
+    ]

@@ -1,0 +1,234 @@
+"""The scheduler's cycle: the shell around the pure core, as short numbered steps.
+
+0. **re-attach** — on the first cycle after a (re)start, what an earlier process launched
+   (:mod:`~budgeteer.scheduler.reconcile`);
+1. **reconcile** — bill every live attempt, move its job, read its progress, runtime control;
+2. **wake** — parked jobs whose wake rule fired (:mod:`~budgeteer.scheduler.parking`): the
+   budgets changed, a spot price fell, their time came;
+3. **snapshot** — the frozen world, parked jobs left out (:mod:`~budgeteer.scheduler.snapshots`);
+4. **plan** — the pure core, with every job whose planning raises quarantined
+   (:func:`~budgeteer.core.quarantine.plan_isolated`);
+5. **apply** — dependency failures and expiries, holds (parked with their wake rules), and
+   launches with their backoffs (:mod:`~budgeteer.scheduler.launcher`).
+
+The loop that calls :meth:`Scheduler.cycle` — leading, retrying, waiting for events — is
+:mod:`~budgeteer.scheduler.driver`, shared by ``budgeteer run`` and ``budgeteer serve``; the
+simulator calls ``cycle`` from its event kernel. Every time is the injected clock's.
+
+Threads: the loop thread alone calls ``cycle``, ``shutdown`` and ``wait_for_event``; API
+threads call only :meth:`Scheduler.snapshot`, which goes to the thread-safe snapshot builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from budgeteer.backends.base import ComputeBackend
+from budgeteer.catalog import Catalog
+from budgeteer.clock import Clock
+from budgeteer.core import FrontCache, HoldReason, Plan, Policy, Snapshot
+from budgeteer.core.quarantine import plan_isolated
+from budgeteer.domain.budget import Budget
+from budgeteer.domain.job import Job, JobState
+from budgeteer.scheduler.launcher import Launcher
+from budgeteer.scheduler.live import LiveAttempts
+from budgeteer.scheduler.parking import ParkingLot
+from budgeteer.scheduler.progress import FileProgress, ProgressSource
+from budgeteer.scheduler.reconcile import CycleReport, Reconciler
+from budgeteer.scheduler.snapshots import SnapshotBuilder
+from budgeteer.store.base import Store
+
+S = JobState
+_PATH_TO_PROVISIONING = {
+    S.SUBMITTED: (S.QUEUED, S.PROVISIONING),
+    S.WAITING: (S.QUEUED, S.PROVISIONING),
+    S.QUEUED: (S.PROVISIONING,),
+    S.HELD: (S.PROVISIONING,),
+}
+
+
+class Scheduler:
+    """Runs cycles over a store and a backend (see the module docstring). Its parts, each in
+    its own module: the live attempts, the launcher, the parking lot, the snapshot builder,
+    the reconciler and the progress source; the front cache is the core's memo, owned here."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: ComputeBackend,
+        catalog: Catalog,
+        clock: Clock,
+        checkpoint_root: Path,
+        budgets: Sequence[Budget] = (),
+        policy: Policy | None = None,
+        job_env: Callable[[str], Mapping[str, str]] | None = None,
+        park_seconds: float = 86400.0,
+        price_refresh_seconds: float = 3600.0,
+        price_tolerance: float = 0.01,
+        progress: ProgressSource | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.catalog = catalog
+        self.clock = clock
+        self.checkpoint_root = checkpoint_root
+        self.policy = policy or Policy()
+        self.progress = progress or FileProgress(store, checkpoint_root)
+        self.live = LiveAttempts()
+        self.parking = ParkingLot(park_seconds)
+        self.cache = FrontCache()
+        offerings = {o.id: o for o in catalog.offerings}
+        self.launcher = Launcher(store, backend, offerings, checkpoint_root, self.live, job_env)
+        self.snapshots = SnapshotBuilder(
+            store,
+            backend,
+            catalog,
+            clock,
+            self.policy,
+            self.progress,
+            lambda: self.live.allocations,
+            self.launcher.capacity_back,
+            budgets,
+            price_refresh_seconds,
+            price_tolerance,
+        )
+        self.reconciler = Reconciler(
+            store,
+            backend,
+            clock,
+            self.policy,
+            self.live,
+            self.launcher,
+            self.progress,
+            self.snapshots.spend,
+            self._attempt_ended,
+        )
+        self._adopted = False
+        self._seen_budgets = 0
+        self._seen_falls = 0
+
+    def cycle(self) -> CycleReport:
+        """One pass of the numbered steps (see the module docstring)."""
+        report = CycleReport()
+        # 0. re-attach
+        if not self._adopted:
+            self.reconciler.adopt()
+            self._adopted = True
+        # 1. reconcile
+        self.reconciler.reconcile(report)
+        # 2. wake
+        self._wake()
+        # 3. snapshot
+        snapshot = self.snapshots.build(self.parking.ids())
+        # 4. plan
+        plan = plan_isolated(snapshot, self.policy, self.cache)
+        # 5. apply
+        self._apply(plan, snapshot, report)
+        report.plan = plan
+        return report
+
+    def snapshot(self) -> Snapshot:
+        """The world the next plan would see, nothing parked (for the API's ``explain``,
+        budget status and dashboard; safe from any thread)."""
+        return self.snapshots.build()
+
+    def shutdown(self, max_wait_seconds: float) -> int:
+        """Graceful stop: every live attempt gets the notice (SIGTERM → checkpoint), the loop
+        records how each ended and queues its job to resume on the next start. Waits up to
+        ``max_wait_seconds`` (clock time; the backend kills after its grace). Returns how many
+        attempts were still live when it gave up (0: all recorded)."""
+        self.reconciler.notify_shutdown()
+        waited = 0.0
+        step = 0.2 * float(getattr(self.clock, "scale", 1.0))
+        while self.live and waited <= max_wait_seconds:
+            self.reconciler.reconcile(CycleReport())
+            if self.live:
+                self.clock.sleep(step)
+                waited += step
+        return len(self.live)
+
+    def wait_for_event(self, max_seconds: float) -> bool:
+        """Sleep up to ``max_seconds`` (clock time), returning early — True — when something
+        happened that a cycle should see: a submission or a state change in the store, an
+        attempt that ended or was preempted, a new progress report."""
+        token = self.store.change_token()
+        marks = self._progress_marks()
+        # look about five times a second of real time, whatever the clock's speed
+        slice_seconds = 0.2 * float(getattr(self.clock, "scale", 1.0))
+        waited = 0.0
+        while waited < max_seconds:
+            step = min(slice_seconds, max_seconds - waited)
+            self.clock.sleep(step)
+            waited += step
+            if self.store.change_token() != token or self._progress_marks() != marks:
+                return True
+            if any(self.backend.status(live.handle).state.is_final for live in self.live):
+                return True
+        return False
+
+    def _progress_marks(self) -> tuple[float, ...]:
+        return self.progress.marks((lv.attempt.job_id, lv.attempt.id) for lv in self.live)
+
+    def _attempt_ended(self, job: Job) -> None:
+        self.parking.wake_for(job, self.snapshots.known_budgets())
+
+    def _wake(self) -> None:
+        """Step 2: the budgets changed (every parked job), a spot price fell (the budget holds
+        it could admit), a parked job's time came."""
+        self.snapshots.budgets()
+        if self.snapshots.budgets_version != self._seen_budgets:
+            self._seen_budgets = self.snapshots.budgets_version
+            self.parking.wake_all()
+        now = self.clock.now()
+        in_force = self.snapshots.prices(now)
+        if self.snapshots.price_fall_version != self._seen_falls:
+            self._seen_falls = self.snapshots.price_fall_version
+            self.parking.wake_on_prices(in_force)
+        self.parking.wake_due(now)
+
+    def _apply(self, plan: Plan, snapshot: Snapshot, report: CycleReport) -> None:
+        """Step 5: carry out ``plan``. The snapshot's job states are the store's now (nothing
+        moved them since)."""
+        now = self.clock.now()
+        jobs = {j.id: j for j in snapshot.jobs}
+        for failure in plan.dependency_failures:
+            self.store.transition(
+                failure.job_id, S.DEPENDENCY_FAILED, at=now, cause=failure.message
+            )
+        for expiry in plan.expired:
+            cause = f"{expiry.message} (on_deadline_miss: cancel)"
+            self.store.transition(expiry.job_id, S.CANCELLED, at=now, cause=cause)
+        for hold in plan.holds:
+            job = jobs[hold.job_id]
+            self.parking.park(hold, job, now, snapshot.offerings)
+            if hold.reason is HoldReason.INVALID:
+                report.quarantined.append(job.id)
+            target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
+            if job.state is S.SUBMITTED or (job.state is S.QUEUED and target is S.HELD):
+                self.store.transition(hold.job_id, target, at=now, cause=hold.message)
+        for admission in plan.admissions:
+            if self.launcher.backing_off(admission.job_id, now):
+                continue  # after a failed run
+            job = self.store.job(admission.job_id)
+            placement = admission.placement
+            full = self.launcher.blocked(placement, now)
+            if full is not None:
+                # the offering refused as many instances a moment ago: don't ask again before
+                # its backoff ends (one try per offering, not one per job); the plan is made
+                # again next cycle and may go elsewhere as the deadline nears
+                if job.state in _PATH_TO_PROVISIONING and job.state is not S.QUEUED:
+                    cause = (
+                        f"placed on {placement.describe()}, which has no capacity; "
+                        f"retry after {full.until:%Y-%m-%d %H:%M:%S}"
+                    )
+                    self.store.transition(job.id, S.QUEUED, at=now, cause=cause)
+                continue
+            for state in _PATH_TO_PROVISIONING.get(job.state, ()):
+                cause = f"placed on {placement.describe()}"
+                if admission.late:
+                    cause += f"; {admission.late}"
+                self.store.transition(job.id, state, at=now, cause=cause)
+            if self.launcher.launch(job, placement, now) is not None:
+                self.snapshots.spend.learn(job)
+                report.launched.append(job.id)

@@ -1,0 +1,188 @@
+"""Launching an admitted job: record the attempt, ask the backend, and back off where it says
+no.
+
+An offering that refuses a launch for capacity (spot gone, its instances in use) backs off as a
+whole: no launch of as many instances or more is sent to it until its backoff ends — one probe
+per offering, however many jobs the plan puts there — and jobs placed on it wait queued while
+the plan, made again each cycle, may move them elsewhere. A backend that knows when room comes
+back (an on-prem pool's calendar) says so, and the planner counts that wait in every plan's
+finish on the offering. A job whose own run failed waits its retry backoff before it is
+launched again. All times are the scheduler's clock.
+
+The attempt is recorded before the backend is asked, and ended if the launch fails: capacity →
+the job back to the queue; a final refusal, or an error the backend raised unexpectedly → the
+job fails with it (another job's launch is not affected).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from budgeteer.backends.base import CapacityUnavailable, ComputeBackend, LaunchFailed, LaunchRequest
+from budgeteer.core import Placement
+from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Offering
+from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.scheduler.live import Live, LiveAttempts
+from budgeteer.store.base import Attempt, Store
+
+log = logging.getLogger("budgeteer.scheduler")
+#: Backoff after a failed run or a full offering: doubling from 30 s, at most 10 min (clock).
+RETRY_BASE_SECONDS = 30.0
+RETRY_MAX_SECONDS = 600.0
+
+
+def backoff_seconds(tries: int) -> float:
+    """The wait after the ``tries``-th failure in a row: 30 s doubling, at most 10 min — for
+    any count (an offering may refuse thousands of times through a spot drought)."""
+    return min(RETRY_BASE_SECONDS * 2.0 ** min(max(tries - 1, 0), 32), RETRY_MAX_SECONDS)
+
+
+@dataclass(frozen=True, slots=True)
+class FullOffering:
+    """An offering that refused ``instances`` instances: none of as many or more is asked of
+    it before ``until``; ``misses`` refusals in a row so far."""
+
+    instances: int
+    until: datetime
+    misses: int
+
+
+class Launcher:
+    """Launches attempts and keeps the backoffs (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: ComputeBackend,
+        offerings: Mapping[str, Offering],
+        checkpoint_root: Path,
+        live: LiveAttempts,
+        job_env: Callable[[str], Mapping[str, str]] | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.offerings = offerings
+        self.checkpoint_root = checkpoint_root
+        self.live = live
+        self.job_env = job_env  # extra environment per job (the API URL and the job token)
+        self.not_before: dict[str, datetime] = {}  # a job's retry backoff
+        self.full: dict[str, FullOffering] = {}
+        self._back: dict[str, datetime] = {}  # a full offering's room is back at this time
+
+    def request(self, job: Job, attempt: Attempt) -> LaunchRequest:
+        """What the backend is asked to run (or re-attach to) for this attempt: every attempt
+        of a job resumes from the same checkpoint folder."""
+        return LaunchRequest(
+            job.id,
+            attempt.number,
+            self.offerings[attempt.offering_id],
+            job.command,
+            self.checkpoint_root / job.id,
+            instances=attempt.instances,
+            workers=attempt.workers,
+            env=self.job_env(job.id) if self.job_env else {},
+        )
+
+    def retry_after(self, job_id: str, failures: int, at: datetime) -> float:
+        """A job's own run failed for the ``failures``-th time: no launch before the backoff
+        ends. Returns the backoff in seconds."""
+        delay = backoff_seconds(failures)
+        self.not_before[job_id] = at + timedelta(seconds=delay)
+        return delay
+
+    def backing_off(self, job_id: str, now: datetime) -> bool:
+        """Whether the job waits its retry backoff."""
+        return self.not_before.get(job_id, now) > now
+
+    def blocked(self, placement: Placement, now: datetime) -> FullOffering | None:
+        """The offering's backoff when it stops this placement now."""
+        full = self.full.get(placement.offering_id)
+        if full is not None and placement.instances >= full.instances and full.until > now:
+            return full
+        return None
+
+    def capacity_back(self, now: datetime) -> tuple[tuple[str, datetime], ...]:
+        """Offerings whose room comes back later, with when (for the snapshot)."""
+        return tuple(sorted((o, t) for o, t in self._back.items() if t > now))
+
+    def launch(self, job: Job, placement: Placement, now: datetime) -> Live | None:
+        """Record an attempt and launch it; the live attempt, or ``None`` when it did not
+        start (the job moved back to the queue, or failed)."""
+        offering = self.offerings[placement.offering_id]
+        attempt = self.store.start_attempt(
+            job.id,
+            backend=self.backend.name,
+            offering_id=offering.id,
+            market=offering.market,
+            instance_ids=[],
+            at=now,
+            expected_cost_usd=Decimal(repr(placement.expected_cost_usd)).quantize(
+                Decimal("0.000001")
+            ),
+            instances=placement.instances,
+            workers=placement.workers,
+        )
+        try:
+            handle = self.backend.launch(self.request(job, attempt))
+        except CapacityUnavailable as exc:
+            self._refused(job, offering, placement, attempt, exc, now)
+            return None
+        except LaunchFailed as exc:
+            reason = f"launch failed: {exc}"
+            self._failed(job, attempt, reason, AttemptOutcome.LAUNCH_FAILED, now, str(exc))
+            return None
+        except Exception as exc:  # one attempt's backend error stops neither the cycle nor others
+            log.exception("launching %s failed", job.id, extra={"job_id": job.id})
+            reason = f"backend error: {type(exc).__name__}: {exc}"
+            self._failed(job, attempt, reason, AttemptOutcome.BACKEND_ERROR, now, reason)
+            return None
+        self.full.pop(offering.id, None)
+        self._back.pop(offering.id, None)
+        live = Live(attempt, handle, placement.expected_cost_usd, attempt.started_at)
+        self.live.add(live)
+        return live
+
+    def _refused(
+        self,
+        job: Job,
+        offering: Offering,
+        placement: Placement,
+        attempt: Attempt,
+        exc: CapacityUnavailable,
+        now: datetime,
+    ) -> None:
+        self.store.end_attempt(
+            attempt.id, at=now, exit_reason=f"capacity: {exc}", outcome=AttemptOutcome.CAPACITY
+        )
+        previous = self.full.get(offering.id)
+        misses = 1 + (previous.misses if previous is not None else 0)
+        delay = backoff_seconds(misses)
+        until = now + timedelta(seconds=delay)
+        if exc.retry_at is not None and exc.retry_at > now:
+            # the backend knows when room comes back (a pool's calendar): wait for it, and
+            # let the planner count the wait in every plan's finish on this offering
+            until = max(until, exc.retry_at)
+            delay = (until - now).total_seconds()
+            self._back[offering.id] = exc.retry_at
+        self.full[offering.id] = FullOffering(placement.instances, until, misses)
+        self.store.transition(
+            job.id, JobState.QUEUED, at=now, cause=f"{exc}; offering retried in {delay:.0f} s"
+        )
+
+    def _failed(
+        self,
+        job: Job,
+        attempt: Attempt,
+        reason: str,
+        outcome: AttemptOutcome,
+        now: datetime,
+        cause: str,
+    ) -> None:
+        self.store.end_attempt(attempt.id, at=now, exit_reason=reason, outcome=outcome)
+        self.store.transition(job.id, JobState.FAILED, at=now, cause=cause)
