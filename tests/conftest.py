@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,3 +55,79 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield sql
     finally:
         sql.close()
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own (initdb + pg_ctl on a temporary folder and a free
+    port), so that a test may stop and start it without disturbing the others."""
+
+    def __init__(self, root: Path) -> None:
+        bindir = _pg_bindir()
+        if bindir is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are missing under CI")
+            pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+        self.bindir = bindir
+        self.data = root / "pgdata"
+        self.log = root / "pg.log"
+        self.sock = root
+        self.as_pg: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses to run as root
+            shutil.chown(root, "postgres")
+            self.as_pg = ["runuser", "-u", "postgres", "--"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.start()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run(
+            [*self.as_pg, str(self.bindir / tool), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-o", opts, "start")
+
+    def stop(self) -> None:
+        """Stop the server now (open connections are cut)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+def _pg_bindir() -> Path | None:
+    for candidate in (shutil.which("pg_config"),):
+        if candidate:
+            out = subprocess.run(
+                [candidate, "--bindir"], capture_output=True, text=True, check=False
+            )
+            path = Path(out.stdout.strip())
+            if (path / "initdb").exists():
+                return path
+    found = shutil.which("initdb") or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))), None
+    )
+    return Path(found).parent if found else None
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A server of the test's own (see :class:`PrivatePostgres`), stopped afterwards. Its
+    folder is a fresh one under the system's temporary folder, which the ``postgres`` user can
+    reach (pytest's own are private to root)."""
+    root = Path(tempfile.mkdtemp(prefix="budgeteer-pg-"))
+    try:
+        server = PrivatePostgres(root)
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -125,3 +125,26 @@ def test_bench_cycle_prints_the_contract_keys() -> None:
 def test_bench_generator_is_seeded() -> None:
     assert generate_snapshot(50, 20, seed=3) == generate_snapshot(50, 20, seed=3)
     assert generate_snapshot(50, 20, seed=3) != generate_snapshot(50, 20, seed=4)
+
+
+def test_bench_json_is_json_alone_even_when_the_solver_talks() -> None:
+    # HiGHS prints debugging lines to descriptor 1 on this queue (≈100 of them before)
+    out = budgeteer(
+        "bench", "cycle", "--jobs", "10000", "--offerings", "500", "--repeats", "1", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)  # nothing but the JSON document
+    assert doc["solver"] == "milp"
+    assert doc["admitted"] > 0
+
+
+def test_the_solver_guard_keeps_native_writes_off_stdout() -> None:
+    code = (
+        "import os\n"
+        "from budgeteer.core.quiet import solver_output_silenced\n"
+        "with solver_output_silenced():\n"
+        "    os.write(1, b'native noise\\n')\n"
+        "print('kept')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "kept\n"

@@ -56,16 +56,30 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path) -> None:
     assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
 
     rng = random.Random(7)
+    reattached = 0
     for _ in range(10):
         proc = subprocess.Popen(
             [sys.executable, "-m", "budgeteer", "run", "--config", str(cfg)],
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        time.sleep(rng.uniform(0.3, 2.0))
+        assert proc.stderr is not None
+        # kill only once this process has acted on the jobs (a launch, or a re-attach of an
+        # earlier process's attempts), then at a seeded random moment after
+        for line in proc.stderr:
+            reattached += line.startswith("re-attached")
+            if line.startswith(("launched", "re-attached", "attempt of")):
+                break
+        time.sleep(rng.uniform(0.0, 1.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stderr.close()
+        if _all_ended(tmp_path):
+            break
     final = budgeteer("run", "--config", str(cfg), "--until-idle", "--cycles", "1000000")
     assert final.returncode == 0, final.stderr
+    reattached += final.stderr.count("re-attached")
+    assert reattached >= 1  # a later process took over attempts an earlier one launched
 
     store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
     for i in range(3):
@@ -88,3 +102,11 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path) -> None:
             assert attempt.ended_at is not None
             assert entries[-1].end == attempt.ended_at
     store.close()
+
+
+def _all_ended(tmp_path: Path) -> bool:
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        return all(store.job(f"job{i}").state.is_terminal for i in range(3))
+    finally:
+        store.close()

@@ -67,6 +67,8 @@ def run(
     console = Console(stderr=True)
 
     def show(report: CycleReport, seconds: float) -> None:
+        for job_id in report.adopted:
+            console.print(f"re-attached {job_id}")
         for job_id in report.launched:
             console.print(f"launched {job_id}")
         for job_id, state in report.finished:

@@ -113,7 +113,7 @@ class Scheduler:
         report = CycleReport()
         # 0. re-attach
         if not self._adopted:
-            self.reconciler.adopt()
+            self.reconciler.adopt(report)
             self._adopted = True
         # 1. reconcile
         self.reconciler.reconcile(report)
@@ -127,6 +127,15 @@ class Scheduler:
         self._apply(plan, snapshot, report)
         report.plan = plan
         return report
+
+    def forget_live(self) -> None:
+        """Leadership was lost: forget the attempts this process watched (another leader
+        re-attaches to them); if leadership comes back, they are re-attached from the store."""
+        self.live = LiveAttempts()
+        self.launcher.live = self.live
+        self.reconciler.live = self.live
+        self.reconciler.stopping.clear()
+        self._adopted = False
 
     def snapshot(self) -> Snapshot:
         """The world the next plan would see, nothing parked (for the API's ``explain``,

@@ -103,10 +103,14 @@ class Driver:
         return self._lead() and self._cycle()
 
     def _lead(self) -> bool:
-        if self.leading:
-            return True
+        """Take or keep leadership (checked before every cycle: a lock can be lost, e.g. with
+        the database session that held it)."""
+        was = self.leading
         self.leading = self.lock.try_acquire()
-        if self.leading:
+        if was and not self.leading:
+            log.warning("lost leadership: another replica may run the scheduler now")
+            self.sched.forget_live()
+        if self.leading and not was:
             self.say("leading")
         else:
             if not self._said_waiting:
@@ -179,6 +183,8 @@ class Driver:
 
 def log_report(report: CycleReport, seconds: float) -> None:
     """Log what a cycle did, one line per launch, end, quarantine and backend error."""
+    for job_id in report.adopted:
+        log.info("re-attached %s", job_id, extra={"job_id": job_id})
     for job_id in report.launched:
         log.info("launched %s", job_id, extra={"job_id": job_id})
     for job_id, state in report.finished:

@@ -71,6 +71,7 @@ class CycleReport:
     """What one cycle did (for logs and tests)."""
 
     launched: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)  # jobs re-attached after a restart
     finished: list[tuple[str, RunState]] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)  # jobs whose planning raised
     errors: list[tuple[str, str]] = field(default_factory=list)  # (job, backend error)
@@ -106,7 +107,7 @@ class Reconciler:
         self._losses: dict[int, list[float]] = {}
 
     # -- after a restart ------------------------------------------------------------------
-    def adopt(self) -> None:
+    def adopt(self, report: CycleReport) -> None:
         """Re-attach what an earlier process launched (see the module docstring)."""
         now = self.clock.now()
         for job in [j for j in self.store.jobs() if j.state.is_active]:
@@ -135,6 +136,7 @@ class Reconciler:
                 adopted = True
             if adopted:
                 self.spend.learn(job)
+                report.adopted.append(job.id)
             else:
                 for state in _REQUEUE_AFTER_RESTART[job.state]:
                     self.store.transition(job.id, state, at=now, cause="requeued after a restart")

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import threading
 import zlib
@@ -44,10 +45,20 @@ class PostgresLeaderLock:
         self._conn: Connection | None = None
 
     def try_acquire(self) -> bool:
-        """See :class:`LeaderLock`."""
+        """See :class:`LeaderLock`. While held, each call checks that the lock's session is
+        still alive: a database restart ends the session and with it the lock, and then this
+        process must not believe it leads (it tries to take the lock again)."""
         if self._conn is not None:
-            return True
-        conn = self._engine.connect()
+            try:
+                self._conn.execute(sa.text("SELECT 1")).scalar()
+                self._conn.commit()
+                return True
+            except sa.exc.DBAPIError:
+                self._drop()
+        try:
+            conn = self._engine.connect()
+        except sa.exc.DBAPIError:
+            return False  # the database is away: nobody can lead through it now
         got = bool(
             conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": self._key}).scalar()
         )
@@ -59,11 +70,19 @@ class PostgresLeaderLock:
         return got
 
     def release(self) -> None:
-        """See :class:`LeaderLock`."""
+        """See :class:`LeaderLock` (a lock whose session already died is simply forgotten)."""
         if self._conn is not None:
-            self._conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
-            self._conn.commit()
-            self._conn.close()
+            try:
+                self._conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+                self._conn.commit()
+            except sa.exc.DBAPIError:
+                pass  # the session is gone, and the lock with it
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sa.exc.DBAPIError):
+                self._conn.close()
             self._conn = None
 
 

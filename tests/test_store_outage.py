@@ -1,0 +1,77 @@
+"""A short database outage costs retries, not the process: PostgreSQL is stopped for a few
+seconds while ``budgeteer run`` runs jobs, then started again; the run finishes, every job
+succeeds once, nothing is launched twice, and the ledger is exact and contiguous."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from budgeteer.domain.job import JobState
+from budgeteer.store import SqlStore
+from conftest import PrivatePostgres
+from test_cli import budgeteer
+
+
+def test_postgres_restarting_during_a_run(
+    tmp_path: Path, private_postgres: PrivatePostgres
+) -> None:
+    cfg = tmp_path / "budgeteer.yaml"
+    cfg.write_text(
+        f"store: {private_postgres.url}\ninterval_seconds: 1\n"
+        "backend: {kind: sandbox, time_scale: 60, workdir: work}\n"
+    )
+    specs = [
+        {
+            "name": f"job{i}",
+            "team": "t",
+            "work": {"reference_hours": 0.05},
+            "spot": {"allowed": False},
+            "command": [sys.executable, "-c", "import time; time.sleep(6)"],
+        }
+        for i in range(3)
+    ]
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps(specs))
+    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
+    run = subprocess.Popen(
+        [sys.executable, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert run.stderr is not None
+    lines: list[str] = []
+    for line in run.stderr:  # wait until the jobs run: then the database goes away
+        lines.append(line)
+        if line.startswith("launched"):
+            break
+    private_postgres.stop()
+    time.sleep(4)
+    private_postgres.start()
+    _, rest = run.communicate(timeout=180)
+    assert run.returncode == 0, "".join(lines) + rest
+
+    store = SqlStore(private_postgres.url)
+    try:
+        for spec in specs:
+            job = store.job(str(spec["name"]))
+            assert job.state is JobState.SUCCEEDED
+            assert sum(e.to_state.is_terminal for e in store.events(job.id)) == 1
+            [attempt] = store.attempts(job.id)  # launched once
+            entries = store.ledger(job.id)
+            assert entries[0].start == attempt.started_at
+            assert all(b.start == a.end for a, b in itertools.pairwise(entries))
+            assert entries[-1].end == attempt.ended_at
+            seconds = Decimal(str((attempt.ended_at - attempt.started_at).total_seconds()))
+            price = entries[0].usd_per_hour
+            expected = price * attempt.instances * seconds / 3600
+            billed = sum((e.amount_usd for e in entries), Decimal(0))
+            assert abs(billed - expected) < Decimal("1e-9")
+    finally:
+        store.close()
