@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from budgeteer.core import HoldReason, Plan, Policy, Snapshot, SolverChoice, plan_cycle
 from budgeteer.core import candidates as candidates_module
+from budgeteer.core import fronts as fronts_module
 from budgeteer.core.admit import admit, budget_tallies
 from budgeteer.core.candidates import FrontCache, nominate
 from budgeteer.core.order import order_queue
@@ -343,10 +344,10 @@ def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(
     cut = nominate(later, ready, policy, cache)  # the same offerings: cut from the memo
 
     def direct(snapshot, jobs, _shape, configs, throughput, pol, variant, due, _cache):  # type: ignore[no-untyped-def]
-        return candidates_module._direct(snapshot, jobs, configs, throughput, pol, variant, due)
+        return fronts_module.direct_fronts(snapshot, jobs, configs, throughput, pol, variant, due)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(candidates_module, "_priced", direct)
+        mp.setattr(candidates_module, "priced_fronts", direct)
         fresh = nominate(later, ready, policy)
     assert cut.keys() == fresh.keys()
     for job_id, c in cut.items():

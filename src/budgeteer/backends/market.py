@@ -114,6 +114,35 @@ class TraceMarket:
         return out
 
 
+def replay_market(
+    available: Sequence[float] | NDArray[np.float64],
+    gap_seconds: float,
+    origin: datetime,
+    *,
+    source: str,
+    prices: Sequence[float] | NDArray[np.float64] | None = None,
+    skip_ticks: int = 0,
+    ticks: int | None = None,
+    dry: Sequence[tuple[int, int]] = (),
+) -> TraceMarket:
+    """A trace (instances available per tick; one or more counts as available) replayed from
+    ``origin`` — the one way the service (``wiring``) and the simulator (scenarios) turn a
+    trace into a market. Optionally started ``skip_ticks`` in and repeated to ``ticks`` ticks
+    (the price series, when given, moves with it), with the ``dry`` tick ranges ``[a, b)``
+    made unavailable (droughts)."""
+    avail = np.asarray(available) >= 1
+    series = None if prices is None else np.asarray(prices, dtype=np.float64)
+    if skip_ticks or ticks is not None:
+        skip = skip_ticks % len(avail)
+        n = len(avail) if ticks is None else ticks
+        avail = np.resize(np.roll(avail, -skip), n)
+        if series is not None:
+            series = np.resize(np.roll(series, -skip), n)
+    for a, b in dry:
+        avail[a:b] = False
+    return TraceMarket(avail, gap_seconds, origin, series, source=source)
+
+
 class RateMarket:
     """Spot up for exponential periods (mean ``1/interruptions_per_hour``), then down for
     exponential outages (mean ``mean_outage_hours``), from ``origin``; seeded per offering."""

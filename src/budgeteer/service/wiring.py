@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
-
-from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket, TraceMarket
+from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
+from budgeteer.backends.market import replay_market
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
 from budgeteer.config import RateMarketConfig, ServiceConfig
@@ -86,17 +85,11 @@ class Service:
         if isinstance(market, RateMarketConfig):
             return RateMarket(origin, market.seed, market.mean_outage_hours)
         trace = load_trace(self._path(market.trace))
-        prices = None
+        prices = trace.prices
         if market.prices is not None:
-            prices = np.array(load_price_series(self._path(market.prices), market.price_key)[0])
-        elif trace.prices is not None:
-            prices = np.array(trace.prices)
-        return TraceMarket(
-            np.array(trace.available) >= 1,
-            trace.gap_seconds,
-            origin,
-            prices,
-            source=f"trace:{trace.name}",
+            prices = load_price_series(self._path(market.prices), market.price_key)[0]
+        return replay_market(
+            trace.available, trace.gap_seconds, origin, source=f"trace:{trace.name}", prices=prices
         )
 
 

@@ -17,39 +17,25 @@ ledger's key per attempt and start, idempotency keys, the lifecycle table).
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
 from budgeteer.domain.outcome import AttemptOutcome
-from budgeteer.errors import BudgeteerError
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
-    AlreadyExists,
-    ApiToken,
     Attempt,
     IdempotencyConflict,
-    JobFilter,
     LedgerEntry,
-    NotFound,
-    ProgressReport,
     Submission,
     UnknownJob,
-    WebhookDelivery,
 )
 from budgeteer.store.codec import job_from_dict, job_to_dict
 from budgeteer.store.leader import (
@@ -58,84 +44,21 @@ from budgeteer.store.leader import (
     LocalLeaderLock,
     PostgresLeaderLock,
 )
-
-MIGRATIONS = Path(__file__).parent / "migrations"
-log = logging.getLogger("budgeteer.store")
-
-
-class StoreUnavailable(BudgeteerError):
-    """The database could not be reached or was locked for too long (retry later)."""
-
-    transient = True
-
-
-#: Waits (real seconds) before each retry of a method that met a transient database error.
-RETRY_DELAYS_SECONDS = (0.1, 0.3, 1.0, 2.0)
-_Method = TypeVar("_Method", bound=Callable[..., Any])
+from budgeteer.store.sql_service import ServiceTables
+from budgeteer.store.sql_support import (
+    MIGRATIONS,
+    RETRY_DELAYS_SECONDS,
+    StoreUnavailable,
+    _sqlite_setup,
+    attempt_row,
+    migrate,
+    replay_row,
+    retry_transient,
+)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether a database error is worth retrying (see the module docstring)."""
-    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError) or (
-        isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
-    )
-
-
-def _retrying(method: _Method) -> _Method:
-    @functools.wraps(method)
-    def wrapper(self: SqlStore, *args: Any, **kw: Any) -> Any:
-        for delay in (*self.retry_delays, None):
-            try:
-                return method(self, *args, **kw)
-            except sa.exc.DBAPIError as exc:
-                if not is_transient(exc):
-                    raise
-                if delay is None:
-                    raise StoreUnavailable(f"{method.__name__}: {exc.orig}") from exc
-                log.warning("store %s: %s; retrying in %.1f s", method.__name__, exc.orig, delay)
-                time.sleep(delay)
-        raise AssertionError("unreachable")
-
-    return cast(_Method, wrapper)
-
-
-def _retry_transient(cls: type[SqlStore]) -> type[SqlStore]:
-    """Wrap every public method of the store in :func:`_retrying`."""
-    for name, member in list(vars(cls).items()):
-        if callable(member) and not name.startswith("_") and name not in _NOT_RETRIED:
-            setattr(cls, name, _retrying(member))
-    return cls
-
-
-_NOT_RETRIED = frozenset({"close", "leader_lock"})
-
-
-def _sqlite_setup(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest migration."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-
-
-@_retry_transient
-class SqlStore:
+@retry_transient
+class SqlStore(ServiceTables):
     """Implements :class:`~budgeteer.store.base.Store` on SQLite or PostgreSQL."""
 
     retry_delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
@@ -197,7 +120,7 @@ class SqlStore:
                         )
                     ).first()
                     if known is not None:
-                        return _replay(known, request_hash, idempotency_key)
+                        return replay_row(known, request_hash, idempotency_key)
                 ids = [j.id for j in jobs]
                 match = t.jobs.c.id == ids[0] if len(ids) == 1 else t.jobs.c.id.in_(ids)
                 clash = conn.execute(sa.select(t.jobs.c.id).where(match)).first() if ids else None
@@ -251,7 +174,7 @@ class SqlStore:
                 ).first()
             if known is None:
                 raise IdempotencyConflict("a job id in this batch exists already") from None
-            return _replay(known, request_hash, idempotency_key)
+            return replay_row(known, request_hash, idempotency_key)
 
     def job(self, job_id: str) -> Job:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -429,7 +352,7 @@ class SqlStore:
             row = conn.execute(sa.select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
         if row is None:
             raise UnknownJob(f"no attempt {attempt_id}")
-        return _attempt(row)
+        return attempt_row(row)
 
     def attempts(self, job_id: str | None = None) -> list[Attempt]:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -439,7 +362,7 @@ class SqlStore:
         else:
             query = query.where(t.attempts.c.job_id == job_id).order_by(t.attempts.c.number)
         with self.engine.connect() as conn:
-            return [_attempt(r) for r in conn.execute(query)]
+            return [attempt_row(r) for r in conn.execute(query)]
 
     def attempts_of(self, job_ids: Collection[str]) -> list[Attempt]:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -450,7 +373,7 @@ class SqlStore:
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 500):  # bounded IN lists
                 query = sa.select(t.attempts).where(t.attempts.c.job_id.in_(wanted[i : i + 500]))
-                out += [_attempt(r) for r in conn.execute(query)]
+                out += [attempt_row(r) for r in conn.execute(query)]
         return sorted(out, key=lambda a: a.id)
 
     def add_ledger_entry(self, entry: LedgerEntry) -> bool:
@@ -513,220 +436,5 @@ class SqlStore:
             count = conn.execute(sa.select(sa.func.count()).select_from(t.ledger_entries))
             return int(count.scalar_one())
 
-    # -- API records ------------------------------------------------------------------------
-    def list_jobs(self, where: JobFilter) -> list[Job]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        j = t.jobs
-        query = sa.select(j).order_by(j.c.seq, j.c.id).limit(where.limit)
-        if where.teams is not None:
-            query = query.where(j.c.team.in_(sorted(where.teams)))
-        if where.states is not None:
-            query = query.where(j.c.state.in_(sorted(s.value for s in where.states)))
-        if where.tier is not None:
-            query = query.where(j.c.tier == where.tier.name)
-        if where.after is not None:
-            seq, last = where.after
-            query = query.where((j.c.seq > seq) | ((j.c.seq == seq) & (j.c.id > last)))
-        with self.engine.connect() as conn:
-            return [job_from_dict(r.spec, JobState(r.state)) for r in conn.execute(query)]
 
-    def next_seq(self) -> int:
-        """See :class:`~budgeteer.store.base.Store`."""
-        with self.engine.connect() as conn:
-            top = conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar_one()
-        return 0 if top is None else int(top) + 1
-
-    def add_token(self, token: ApiToken, token_hash: str) -> None:
-        """See :class:`~budgeteer.store.base.Store`."""
-        try:
-            with self._tx() as conn:
-                conn.execute(
-                    t.api_tokens.insert().values(
-                        id=token.id,
-                        name=token.name,
-                        token_hash=token_hash,
-                        teams=list(token.teams),
-                        admin=token.admin,
-                        created_at=token.created_at,
-                        revoked_at=token.revoked_at,
-                    )
-                )
-        except sa.exc.IntegrityError:
-            raise AlreadyExists(f"token {token.id!r} exists already") from None
-
-    def token_by_hash(self, token_hash: str) -> ApiToken | None:
-        """See :class:`~budgeteer.store.base.Store`."""
-        query = sa.select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash)
-        with self.engine.connect() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _token(row)
-
-    def tokens(self) -> list[ApiToken]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        query = sa.select(t.api_tokens).order_by(t.api_tokens.c.created_at, t.api_tokens.c.id)
-        with self.engine.connect() as conn:
-            return [_token(r) for r in conn.execute(query)]
-
-    def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
-        """See :class:`~budgeteer.store.base.Store`."""
-        tok = t.api_tokens
-        with self._tx() as conn:
-            conn.execute(
-                tok.update()
-                .where((tok.c.id == token_id) & tok.c.revoked_at.is_(None))
-                .values(revoked_at=at)
-            )
-            row = conn.execute(sa.select(tok).where(tok.c.id == token_id)).first()
-        if row is None:
-            raise NotFound(f"no token {token_id!r}")
-        return _token(row)
-
-    def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
-        """See :class:`~budgeteer.store.base.Store`."""
-        budget_id = str(spec["id"])
-        b = t.budgets
-        with self._tx() as conn:
-            exists = conn.execute(sa.select(b.c.id).where(b.c.id == budget_id)).first()
-            if create and exists is not None:
-                raise AlreadyExists(f"budget {budget_id!r} exists already")
-            if not create and exists is None:
-                raise NotFound(f"no budget {budget_id!r}")
-            if exists is None:
-                conn.execute(b.insert().values(id=budget_id, spec=dict(spec)))
-            else:
-                conn.execute(b.update().where(b.c.id == budget_id).values(spec=dict(spec)))
-
-    def budget_specs(self) -> list[dict[str, Any]]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(t.budgets.c.spec).order_by(t.budgets.c.id))
-            return [dict(r.spec) for r in rows]
-
-    def add_progress(self, job_id: str, record: Mapping[str, Any], *, at: datetime) -> int:
-        """See :class:`~budgeteer.store.base.Store`."""
-        with self._tx() as conn:
-            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
-                raise UnknownJob(f"no job {job_id!r}")
-            return int(
-                conn.execute(
-                    t.progress_reports.insert()
-                    .values(job_id=job_id, at=at, record=dict(record))
-                    .returning(t.progress_reports.c.id)
-                ).scalar_one()
-            )
-
-    def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        p = t.progress_reports
-        query = sa.select(p).where((p.c.job_id == job_id) & (p.c.id > after_id)).order_by(p.c.id)
-        with self.engine.connect() as conn:
-            return [
-                ProgressReport(r.id, r.job_id, r.at, dict(r.record)) for r in conn.execute(query)
-            ]
-
-    # -- webhook outbox ---------------------------------------------------------------------
-    def enqueue_webhook(
-        self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime
-    ) -> bool:
-        """See :class:`~budgeteer.store.base.Store`."""
-        w = t.webhook_deliveries
-        with self._tx() as conn:
-            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
-                raise UnknownJob(f"no job {job_id!r}")
-            known = conn.execute(
-                sa.select(w.c.kind).where((w.c.job_id == job_id) & (w.c.kind == kind))
-            ).first()
-            if known is not None:
-                return False
-            conn.execute(
-                w.insert().values(
-                    job_id=job_id,
-                    kind=kind,
-                    payload=dict(payload),
-                    attempts=0,
-                    created_at=at,
-                    next_at=at,
-                )
-            )
-            return True
-
-    def due_webhooks(self, now: datetime, limit: int = 100) -> list[WebhookDelivery]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        w = t.webhook_deliveries
-        query = (
-            sa.select(w)
-            .where(w.c.next_at.is_not(None) & (w.c.next_at <= now))
-            .order_by(w.c.next_at, w.c.job_id, w.c.kind)
-            .limit(limit)
-        )
-        with self.engine.connect() as conn:
-            return [_webhook(r) for r in conn.execute(query)]
-
-    def record_webhook(
-        self, job_id: str, kind: str, *, at: datetime, error: str | None, next_at: datetime | None
-    ) -> WebhookDelivery:
-        """See :class:`~budgeteer.store.base.Store`."""
-        w = t.webhook_deliveries
-        match = (w.c.job_id == job_id) & (w.c.kind == kind)
-        with self._tx() as conn:
-            row = conn.execute(sa.select(w).where(match)).first()
-            if row is None:
-                raise NotFound(f"no webhook {kind!r} for job {job_id!r}")
-            values: dict[str, Any] = {"attempts": row.attempts + 1}
-            if error is None:
-                values |= {"next_at": None, "delivered_at": at, "last_error": None}
-            else:
-                values |= {"next_at": next_at, "last_error": error[:2000]}
-            conn.execute(w.update().where(match).values(**values))
-            row = conn.execute(sa.select(w).where(match)).first()
-        return _webhook(row)
-
-    def webhooks(self, job_id: str) -> list[WebhookDelivery]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        w = t.webhook_deliveries
-        query = sa.select(w).where(w.c.job_id == job_id).order_by(w.c.kind)
-        with self.engine.connect() as conn:
-            return [_webhook(r) for r in conn.execute(query)]
-
-
-def _replay(row: Any, request_hash: str, key: str) -> Submission:
-    if row.request_hash != request_hash:
-        raise IdempotencyConflict(f"idempotency key {key!r} was used with a different request")
-    return Submission(tuple(row.job_ids), replayed=True)
-
-
-def _attempt(row: Any) -> Attempt:
-    return Attempt(
-        row.id,
-        row.job_id,
-        row.number,
-        row.backend,
-        row.offering_id,
-        row.market,
-        tuple(row.instance_ids),
-        row.started_at,
-        row.ended_at,
-        row.exit_reason,
-        row.expected_cost_usd,
-        row.instances,
-        row.workers,
-        AttemptOutcome(row.outcome) if row.outcome else None,
-    )
-
-
-def _token(row: Any) -> ApiToken:
-    return ApiToken(
-        row.id, row.name, tuple(row.teams), bool(row.admin), row.created_at, row.revoked_at
-    )
-
-
-def _webhook(row: Any) -> WebhookDelivery:
-    return WebhookDelivery(
-        row.job_id,
-        row.kind,
-        dict(row.payload),
-        row.attempts,
-        row.next_at,
-        row.delivered_at,
-        row.last_error,
-    )
+__all__ = ["MIGRATIONS", "SqlStore", "StoreUnavailable", "migrate"]

@@ -1,0 +1,267 @@
+"""The scenario file's schema (Pydantic): every field validated, unknown fields rejected, every
+error naming its field and the file. See ``docs/simulate.md`` for what each field means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
+
+from budgeteer.sim.cron import CronError, parse_cron
+from budgeteer.spec.budget import BudgetSpec
+from budgeteer.spec.errors import spec_errors
+from budgeteer.spec.files import read_document
+from budgeteer.spec.job import parse_duration
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0, le=1)]
+Priority = Literal["P0", "P1", "P2", "P3"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+def _cron(value: str) -> str:
+    try:
+        parse_cron(value)
+    except CronError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class CatalogFilter(_Strict):
+    """Which offerings of the bundled catalog take part (all when a list is absent)."""
+
+    providers: list[str] | None = None
+    regions: list[str] | None = None
+    accelerators: list[str] | None = None
+
+
+class Drought(_Strict):
+    """Spot capacity gone everywhere for ``days`` from ``start_day`` (0 = the first day)."""
+
+    start_day: Annotated[float, Field(ge=0)]
+    days: Positive
+
+
+class PriceSpec(_Strict):
+    """A spot price series on the zone trace's timeline: ``file`` (JSON), and ``series``, the
+    key of the series in a file that holds several (``v100_spot_prices.json``)."""
+
+    file: Path
+    series: str | None = None
+
+
+class ZoneSpec(_Strict):
+    """The spot offerings whose id matches ``offerings`` (a glob, e.g.
+    ``aws/us-east-1/use1-az1/p3.2xlarge/spot``) follow their own availability trace and,
+    with ``prices``, are billed at its price series."""
+
+    offerings: Annotated[str, Field(min_length=1, max_length=512)]
+    trace: Path
+    prices: PriceSpec | None = None
+
+
+class MarketSpec(_Strict):
+    """Spot availability: a real trace, repeated to cover the horizon, from ``offset_hours``;
+    ``zones`` give groups of spot offerings a trace (and price series) of their own."""
+
+    trace: Path
+    offset_hours: Annotated[float, Field(ge=0)] = 0.0
+    droughts: list[Drought] = Field(default_factory=list)
+    zones: list[ZoneSpec] = Field(default_factory=list, max_length=256)
+
+
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Clock = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+
+
+class ClosedSpec(_Strict):
+    """When the pool is not lent out: on ``days`` from ``from`` to ``to`` (``HH:MM`` local;
+    ``to`` at or before ``from`` runs past midnight)."""
+
+    days: Annotated[list[Weekday], Field(min_length=1)]
+    from_: Clock = Field(alias="from")
+    to: Clock
+
+
+class OnPremSpec(_Strict):
+    """An on-prem GPU pool lent to retraining outside its ``closed`` hours: ``nodes``
+    instances of ``gpus_per_node`` × ``accelerator``, billed at ``usd_per_node_hour`` (an
+    amortised cost: hardware, power, operations). What runs there is revoked at closing time,
+    with the same notice as spot."""
+
+    name: Name
+    accelerator: str
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 8
+    gpu_memory_gib: Positive = 40.0
+    nodes: Annotated[int, Field(ge=1, le=10_000)]
+    usd_per_node_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    timezone: str = "UTC"
+    closed: list[ClosedSpec] = Field(default_factory=list)
+    startup_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+
+class TeamSpec(_Strict):
+    """A team: its fair-share weight and, for ``priority-quota``, its GPU quota."""
+
+    name: Name
+    weight: Positive = 1.0
+    gpu_quota: Annotated[int, Field(ge=0)] | None = None
+
+
+class JobShape(_Strict):
+    """What one run needs."""
+
+    reference_hours: Positive
+    incremental_reference_hours: Positive | None = None
+    accelerators: list[str] = Field(default_factory=list)
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
+    spot: bool = True
+
+
+class Scheduled(JobShape):
+    """A model retrained on a cron schedule."""
+
+    model: Name
+    team: Name
+    cron: str
+    priority: Priority = "P1"
+    sla: str = "8h"
+
+    _cron = field_validator("cron")(_cron)
+    _sla = field_validator("sla")(_duration)
+
+
+class Severity(_Strict):
+    """Probability of each drift severity (they need not sum to 1: normalised)."""
+
+    critical: Probability = 0.2
+    major: Probability = 0.5
+    minor: Probability = 0.3
+
+
+class DriftSpec(JobShape):
+    """Drift-triggered retrains of a model: Poisson arrivals, severity → tier and SLA; only
+    between ``from_day`` and ``to_day`` when given (a storm)."""
+
+    model: Name
+    team: Name
+    per_day: Positive
+    severity: Severity = Field(default_factory=Severity)
+    from_day: Annotated[float, Field(ge=0)] = 0.0
+    to_day: Positive | None = None
+
+
+class Experiments(_Strict):
+    """Ad-hoc P3 experiments of a team: Poisson arrivals, size uniform in [min, max]."""
+
+    team: Name
+    per_day: Positive
+    min_reference_hours: Positive = 1.0
+    max_reference_hours: Positive = 20.0
+    accelerators: list[str] = Field(default_factory=list)
+    sla: str = "7d"
+
+    _sla = field_validator("sla")(_duration)
+
+
+Step = Literal["features", "train", "validate", "package"]
+DEFAULT_STEPS: dict[Step, float] = {"features": 1.0, "train": 6.0, "validate": 0.5, "package": 0.2}
+
+
+class PipelineSpec(_Strict):
+    """features → train → validate → package on a schedule, with a failing validation gate."""
+
+    name: Name
+    team: Name
+    cron: str
+    priority: Priority = "P2"
+    sla: str = "24h"
+    steps: dict[Step, Positive] = Field(default_factory=lambda: dict(DEFAULT_STEPS))
+    gate_failure_probability: Probability = 0.1
+    accelerators: list[str] = Field(default_factory=list)
+
+    _cron = field_validator("cron")(_cron)
+    _sla = field_validator("sla")(_duration)
+
+
+class Workload(_Strict):
+    """The generators."""
+
+    scheduled: list[Scheduled] = Field(default_factory=list)
+    drift: list[DriftSpec] = Field(default_factory=list)
+    experiments: list[Experiments] = Field(default_factory=list)
+    pipelines: list[PipelineSpec] = Field(default_factory=list)
+
+
+class Scenario(_Strict):
+    """A whole scenario file."""
+
+    name: Name
+    description: str = ""
+    start: AwareDatetime
+    days: Annotated[float, Field(gt=0, le=400)]
+    seed: int = 0
+    catalog: CatalogFilter = Field(default_factory=CatalogFilter)
+    market: MarketSpec
+    onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
+    teams: list[TeamSpec] = Field(default_factory=list)
+    budgets: list[dict[str, Any]] = Field(default_factory=list)
+    workload: Workload
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; errors name the field and the file."""
+    doc = read_document(path)
+    try:
+        scenario = Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise spec_errors(exc, str(path)) from None
+    for i, b in enumerate(scenario.budgets):
+        BudgetSpec.parse(b, str(path), f"budgets[{i}]")
+
+    def here(p: Path) -> Path:
+        return p if p.is_absolute() else path.parent / p
+
+    m = scenario.market
+    zones = [
+        z.model_copy(
+            update={
+                "trace": here(z.trace),
+                "prices": z.prices.model_copy(update={"file": here(z.prices.file)})
+                if z.prices
+                else None,
+            }
+        )
+        for z in m.zones
+    ]
+    market = m.model_copy(update={"trace": here(m.trace), "zones": zones})
+    return scenario.model_copy(update={"market": market})

@@ -1,0 +1,209 @@
+"""The SQL store's tables for the service around the scheduler: API tokens, budgets kept
+through the API, progress reports and the webhook outbox (a mixin of
+:class:`~budgeteer.store.sql.SqlStore`, which supplies the engine and transactions)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from budgeteer.domain.job import Job, JobState
+from budgeteer.store import schema as t
+from budgeteer.store.base import (
+    AlreadyExists,
+    ApiToken,
+    JobFilter,
+    NotFound,
+    ProgressReport,
+    UnknownJob,
+    WebhookDelivery,
+)
+from budgeteer.store.codec import job_from_dict
+from budgeteer.store.sql_support import token_row, webhook_row
+
+
+class ServiceTables:
+    """Tokens, budgets, progress and webhooks (see the module docstring)."""
+
+    engine: Engine  # both supplied by SqlStore
+    _tx: Callable[[], contextlib.AbstractContextManager[Connection]]
+
+    # -- API records ------------------------------------------------------------------------
+    def list_jobs(self, where: JobFilter) -> list[Job]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        j = t.jobs
+        query = sa.select(j).order_by(j.c.seq, j.c.id).limit(where.limit)
+        if where.teams is not None:
+            query = query.where(j.c.team.in_(sorted(where.teams)))
+        if where.states is not None:
+            query = query.where(j.c.state.in_(sorted(s.value for s in where.states)))
+        if where.tier is not None:
+            query = query.where(j.c.tier == where.tier.name)
+        if where.after is not None:
+            seq, last = where.after
+            query = query.where((j.c.seq > seq) | ((j.c.seq == seq) & (j.c.id > last)))
+        with self.engine.connect() as conn:
+            return [job_from_dict(r.spec, JobState(r.state)) for r in conn.execute(query)]
+
+    def next_seq(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            top = conn.execute(sa.select(sa.func.max(t.jobs.c.seq))).scalar_one()
+        return 0 if top is None else int(top) + 1
+
+    def add_token(self, token: ApiToken, token_hash: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        try:
+            with self._tx() as conn:
+                conn.execute(
+                    t.api_tokens.insert().values(
+                        id=token.id,
+                        name=token.name,
+                        token_hash=token_hash,
+                        teams=list(token.teams),
+                        admin=token.admin,
+                        created_at=token.created_at,
+                        revoked_at=token.revoked_at,
+                    )
+                )
+        except sa.exc.IntegrityError:
+            raise AlreadyExists(f"token {token.id!r} exists already") from None
+
+    def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.api_tokens).where(t.api_tokens.c.token_hash == token_hash)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else token_row(row)
+
+    def tokens(self) -> list[ApiToken]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        query = sa.select(t.api_tokens).order_by(t.api_tokens.c.created_at, t.api_tokens.c.id)
+        with self.engine.connect() as conn:
+            return [token_row(r) for r in conn.execute(query)]
+
+    def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
+        """See :class:`~budgeteer.store.base.Store`."""
+        tok = t.api_tokens
+        with self._tx() as conn:
+            conn.execute(
+                tok.update()
+                .where((tok.c.id == token_id) & tok.c.revoked_at.is_(None))
+                .values(revoked_at=at)
+            )
+            row = conn.execute(sa.select(tok).where(tok.c.id == token_id)).first()
+        if row is None:
+            raise NotFound(f"no token {token_id!r}")
+        return token_row(row)
+
+    def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        budget_id = str(spec["id"])
+        b = t.budgets
+        with self._tx() as conn:
+            exists = conn.execute(sa.select(b.c.id).where(b.c.id == budget_id)).first()
+            if create and exists is not None:
+                raise AlreadyExists(f"budget {budget_id!r} exists already")
+            if not create and exists is None:
+                raise NotFound(f"no budget {budget_id!r}")
+            if exists is None:
+                conn.execute(b.insert().values(id=budget_id, spec=dict(spec)))
+            else:
+                conn.execute(b.update().where(b.c.id == budget_id).values(spec=dict(spec)))
+
+    def budget_specs(self) -> list[dict[str, Any]]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.budgets.c.spec).order_by(t.budgets.c.id))
+            return [dict(r.spec) for r in rows]
+
+    def add_progress(self, job_id: str, record: Mapping[str, Any], *, at: datetime) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            return int(
+                conn.execute(
+                    t.progress_reports.insert()
+                    .values(job_id=job_id, at=at, record=dict(record))
+                    .returning(t.progress_reports.c.id)
+                ).scalar_one()
+            )
+
+    def progress(self, job_id: str, after_id: int = 0) -> list[ProgressReport]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        p = t.progress_reports
+        query = sa.select(p).where((p.c.job_id == job_id) & (p.c.id > after_id)).order_by(p.c.id)
+        with self.engine.connect() as conn:
+            return [
+                ProgressReport(r.id, r.job_id, r.at, dict(r.record)) for r in conn.execute(query)
+            ]
+
+    # -- webhook outbox ---------------------------------------------------------------------
+    def enqueue_webhook(
+        self, job_id: str, kind: str, payload: Mapping[str, Any], *, at: datetime
+    ) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        with self._tx() as conn:
+            if conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.id == job_id)).first() is None:
+                raise UnknownJob(f"no job {job_id!r}")
+            known = conn.execute(
+                sa.select(w.c.kind).where((w.c.job_id == job_id) & (w.c.kind == kind))
+            ).first()
+            if known is not None:
+                return False
+            conn.execute(
+                w.insert().values(
+                    job_id=job_id,
+                    kind=kind,
+                    payload=dict(payload),
+                    attempts=0,
+                    created_at=at,
+                    next_at=at,
+                )
+            )
+            return True
+
+    def due_webhooks(self, now: datetime, limit: int = 100) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        query = (
+            sa.select(w)
+            .where(w.c.next_at.is_not(None) & (w.c.next_at <= now))
+            .order_by(w.c.next_at, w.c.job_id, w.c.kind)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [webhook_row(r) for r in conn.execute(query)]
+
+    def record_webhook(
+        self, job_id: str, kind: str, *, at: datetime, error: str | None, next_at: datetime | None
+    ) -> WebhookDelivery:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        match = (w.c.job_id == job_id) & (w.c.kind == kind)
+        with self._tx() as conn:
+            row = conn.execute(sa.select(w).where(match)).first()
+            if row is None:
+                raise NotFound(f"no webhook {kind!r} for job {job_id!r}")
+            values: dict[str, Any] = {"attempts": row.attempts + 1}
+            if error is None:
+                values |= {"next_at": None, "delivered_at": at, "last_error": None}
+            else:
+                values |= {"next_at": next_at, "last_error": error[:2000]}
+            conn.execute(w.update().where(match).values(**values))
+            row = conn.execute(sa.select(w).where(match)).first()
+        return webhook_row(row)
+
+    def webhooks(self, job_id: str) -> list[WebhookDelivery]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        w = t.webhook_deliveries
+        query = sa.select(w).where(w.c.job_id == job_id).order_by(w.c.kind)
+        with self.engine.connect() as conn:
+            return [webhook_row(r) for r in conn.execute(query)]
