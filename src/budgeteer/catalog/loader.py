@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
-from budgeteer.catalog.egress import EgressRate, EgressTable
+from budgeteer.domain.egress import EgressRate, EgressTable
 from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.errors import CatalogError
 

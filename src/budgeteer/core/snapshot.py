@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from budgeteer.catalog.egress import EgressTable
 from budgeteer.domain.budget import Budget, SpendRecord
+from budgeteer.domain.egress import EgressTable
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Offering
 
