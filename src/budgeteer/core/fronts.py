@@ -154,7 +154,9 @@ def _front(
     on_front = np.isfinite(f_sorted) & (f_sorted < prev_best)
     limit = shape[1] if timeless else policy.max_front  # timeless: the whole front, uncut
     keep = on_front & (np.cumsum(on_front, axis=1) <= limit)
-    width = max(1, min(limit, shape[1]))
+    # as wide as the longest front kept (a timeless front keeps every front point, but fronts
+    # are short: gathering all placements' columns would cost as much as pricing them)
+    width = max(1, min(limit, int(keep.sum(axis=1).max(initial=0))))
     pick = np.argsort(~keep, axis=1, kind="stable")[:, :width]
     cols = np.take_along_axis(order, pick, axis=1)
     valid = np.take_along_axis(keep, pick, axis=1)
@@ -238,6 +240,8 @@ class FrontCache:
       finishing later than ``h`` — a point's standing depends only on cheaper points that
       finish sooner, which a deadline it meets keeps too — so the front at ``h`` is the
       timeless front's points with finish ≤ ``h``, cut to ``Policy.max_front``, exactly.
+      A timeless front is made on a job's *second* sighting: on the first it is priced for its
+      deadline directly (cheaper, and most jobs are admitted then and never planned again).
 
     Bounded (least recently used entries go first) and safe to share between threads (one
     lock)."""
@@ -249,6 +253,8 @@ class FrontCache:
         self._world: tuple[object, ...] | None = None
         self.configs: OrderedDict[tuple[object, ...], Configs] = OrderedDict()
         self.fronts: OrderedDict[tuple[object, ...], Priced] = OrderedDict()
+        self.seen: OrderedDict[tuple[object, ...], None] = OrderedDict()  # priced once
+        self.table: OfferingTable | None = None  # the offerings as arrays, for this world
 
     def enter(self, snapshot: Snapshot) -> None:
         """Forget everything when ``snapshot`` is of another world than the cached one (call
@@ -260,6 +266,8 @@ class FrontCache:
         if old != world:
             self.configs.clear()
             self.fronts.clear()
+            self.seen.clear()
+            self.table = None
         self._world = world
 
     def trim(self) -> None:
@@ -268,6 +276,8 @@ class FrontCache:
             self.configs.popitem(last=False)
         while len(self.fronts) > self.max_fronts:
             self.fronts.popitem(last=False)
+        while len(self.seen) > 4 * self.max_fronts:
+            self.seen.popitem(last=False)
 
 
 def _cut(timeless: Priced, horizon: float, max_front: int) -> Priced | None:
@@ -348,8 +358,10 @@ def priced_fronts(
                 cache.fronts.move_to_end(key)
                 if waiting is None or not _waits_for(hit, waiting):
                     found[row] = _cut(hit, horizons[row], policy.max_front)
-            else:
+            elif key in cache.seen:  # seen before and planned again: worth a timeless front
                 missing.setdefault(key, []).append(row)
+            else:  # first sight: most jobs are admitted at once and never planned again
+                cache.seen[key] = None
     if missing:
         firsts = [rows[0] for rows in missing.values()]
         fronts, fastest, col, _, _ = _front(
@@ -379,7 +391,7 @@ def priced_fronts(
                     found[row] = _cut(timeless, horizons[row], policy.max_front)
             cache.trim()
     empty = [row for row, p in enumerate(found) if p is None]
-    if empty:  # nothing meets the deadline (or waits matter): price directly
+    if empty:  # first sight, nothing meets the deadline, or waits matter: price directly
         direct = direct_fronts(
             snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due
         )
@@ -424,7 +436,9 @@ def placements(
         if hit is not None:
             cache.configs.move_to_end(memo_key)
             return hit
-    table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
+        table = cache.table
+        if table is None:  # one table of the offerings per world, shared by every shape
+            table = cache.table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
     configs = prune(
         build_configs(job, table, policy),
         group_by_venue=key[6] is not None,

@@ -302,7 +302,8 @@ def report(run: DemoRun, views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "no_budget_exceeded": all(
             Decimal(b["accrued_usd"]) <= Decimal(b["limit_usd"]) for b in budgets.values()
         ),
-        "ledger_balances": abs(ledger_total - recompute) < Decimal("0.000001")
+        # each entry is rounded half-even to the ledger's 1e-8 USD, and nothing else differs
+        "ledger_balances": abs(ledger_total - recompute) <= len(ledger) * Decimal("0.5e-8")
         and abs(ledger_total - jobs_total) < Decimal("0.00001"),
         "all_others_succeeded": all(
             j["state"] == "succeeded" for n, j in jobs.items() if n != "research-sweep"
@@ -316,6 +317,7 @@ def report(run: DemoRun, views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         },
         "ledger_total_usd": str(ledger_total),
         "ledger_recomputed_usd": str(recompute),
+        "ledger_entries": len(ledger),
         "checks": checks,
         "ok": all(checks.values()),
     }
