@@ -233,6 +233,10 @@ def test_preempted_twice_on_spot_resumes_each_time_and_meets_its_deadline(tmp_pa
         "succeeded",
     ]
     assert np.array_equal(np.load(baseline), np.load(model))
+    # resumed from its checkpoint each time, in the same folder: every epoch of the 12 ran to
+    # its end exactly once (a restart from scratch repeats epochs; a fresh folder loses them)
+    epochs = [json.loads(line)["epoch"] for line in progress.read_text().splitlines()]
+    assert epochs == list(range(1, 13))
     assert ran[-1].ended_at is not None
     assert ran[-1].ended_at <= T0 + timedelta(hours=6)
     price = Decimal("0.9")

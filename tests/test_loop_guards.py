@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -18,6 +18,7 @@ import numpy as np
 from budgeteer.backends import TraceMarket
 from budgeteer.backends.base import Handle, LaunchRequest
 from budgeteer.catalog import Catalog
+from budgeteer.clock import ManualClock
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
@@ -203,3 +204,38 @@ def test_several_jobs_placed_on_a_full_offering_probe_it_once() -> None:
     assert len(world.backend.requests) == 2
     for job_id in ("j0", "j1", "j2"):
         assert world.store.job(job_id).state is JobState.QUEUED
+
+
+class HookedClock(ManualClock):
+    """A manual clock that runs ``hook`` on its ``at``-th sleep (something happens then)."""
+
+    def __init__(self, start: datetime, at: int, hook: Callable[[], None]) -> None:
+        super().__init__(start)
+        self.sleeps = 0
+        self.at = at
+        self.hook = hook
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.sleeps += 1
+        if self.sleeps == self.at:
+            self.hook()
+
+
+def test_the_loop_wakes_on_a_submission_not_on_its_interval() -> None:
+    store = MemoryStore()
+    catalog = Catalog((make_offering("od"),), dict(THROUGHPUT), EGRESS, "test")
+
+    def submit() -> None:
+        store.submit([make_job("late-comer")], at=T0)
+
+    clock = HookedClock(T0, at=3, hook=submit)
+    kernel = Kernel(T0)
+    backend = SimBackend(kernel, TraceMarket(np.ones(10, dtype=bool), 60, T0), store, {})
+    sched = Scheduler(store, backend, catalog, clock, Path("/nonexistent"))
+    assert sched.wait_for_event(3600) is True  # woken by the submission
+    assert clock.sleeps == 3  # at the slice it happened in, not an hour of slices later
+    quiet = HookedClock(T0, at=10**9, hook=submit)
+    sched = Scheduler(store, backend, catalog, quiet, Path("/nonexistent"))
+    assert sched.wait_for_event(60) is False  # nothing happens: the whole wait, then False
+    assert quiet.now() == T0 + timedelta(seconds=60)
