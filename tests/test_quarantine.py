@@ -61,6 +61,19 @@ def test_a_job_whose_planning_raises_is_quarantined_and_the_others_planned_as_wi
     assert plan.admission("p0") is not None
 
 
+def test_jobs_known_to_raise_are_not_tried_again() -> None:
+    # the API's plans (explain, metrics) take the scheduler's quarantine instead of bisecting
+    poison = make_job("poison", hours=1e12, deadline_hours=24, seq=3)
+    snap = make_snapshot([*OTHERS, poison], OFFERINGS)
+    plan = plan_isolated(snap, known_bad={"poison": "OverflowError: as found before"})
+    hold = plan.hold("poison")
+    assert hold is not None
+    assert hold.message == "planning this job failed: OverflowError: as found before"
+    assert _decisions(plan, "poison") == _decisions(
+        plan_cycle(make_snapshot(OTHERS, OFFERINGS)), "poison"
+    )
+
+
 def test_two_bad_jobs_among_many_are_both_found() -> None:
     bad = [make_job(f"bad{i}", hours=1e300, seq=10 + i) for i in range(2)]
     good = [make_job(f"ok{i}", hours=1 + i, seq=20 + i) for i in range(9)]
@@ -132,6 +145,7 @@ def test_a_poisoned_job_does_not_stop_another_teams_p0(world: World) -> None:
 
 def _poisoned_story(world: World, driver: Driver) -> None:
     world.ctx.loop_ready = driver.ready
+    world.ctx.quarantined = lambda: world.sched.quarantined
     g, s = world.auth(world.growth), world.auth(world.search)
     poison = job_spec("poison", work={"reference_hours": 1e12}, sla="24h")
     assert world.http.post("/v1/jobs", json=poison, headers=g).status_code == 201
@@ -154,6 +168,7 @@ def _poisoned_story(world: World, driver: Driver) -> None:
 
     poisoned = next(j for j in world.store.jobs() if j.name == "poison")
     assert poisoned.state is JobState.HELD
+    assert list(world.sched.quarantined) == [poisoned.id]
     assert "planning this job failed: OverflowError" in world.store.events(poisoned.id)[-1].cause
     why = world.http.get(f"/v1/jobs/{poisoned.id}/explain", headers=g)
     assert why.status_code == 200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,8 @@ class ApiContext:
     checkpoint_root: Path | None = None
     #: whether the scheduler loop keeps up: (ready, why) — see ``/readyz``
     loop_ready: Callable[[], tuple[bool, str]] = lambda: (True, "no scheduler in this process")
+    #: jobs the scheduler found to raise in planning (not tried again by the API's plans)
+    quarantined: Callable[[], Mapping[str, str]] = dict
     front_cache: FrontCache = field(init=False, default_factory=FrontCache)
     prices: OnDemandPrices = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -78,4 +80,4 @@ class ApiContext:
 
     def plan(self) -> Plan:
         """The plan the core would make now (pure; nothing is applied)."""
-        return plan_isolated(self.snapshot(), self.policy, self.front_cache)
+        return plan_isolated(self.snapshot(), self.policy, self.front_cache, self.quarantined())

@@ -4,10 +4,10 @@ explain, progress."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import secrets
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Response
@@ -18,7 +18,8 @@ from budgeteer.api.problems import Problem
 from budgeteer.api.views import explain, job_view, links
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.tier import Tier
-from budgeteer.spec.job import JobSpec, job_from_spec, jobs_from_specs
+from budgeteer.intake import submit_specs
+from budgeteer.spec.job import JobSpec
 from budgeteer.store import JobFilter, Submission, UnknownJob
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -73,18 +74,29 @@ def _hash(payload: Any) -> str:
 def _submit(
     ctx: Ctx,
     who: Person,
-    jobs: list[Job],
+    specs: list[JobSpec],
     body: BaseModel,
     idempotency_key: str | None,
     response: Response,
+    *,
+    ids: Callable[[Job], str],
+    existing: dict[str, str] | None = None,
+    single: bool = False,
 ) -> Submission:
-    """Store the jobs atomically; an idempotency key is scoped to the caller's credential and
-    bound to the body it came with. A replay is flagged in ``Idempotent-Replayed``."""
-    result = ctx.store.submit(
-        jobs,
-        at=jobs[0].submitted_at,
+    """Convert and store the jobs atomically (:mod:`budgeteer.intake`, the CLI's path too); an
+    idempotency key is scoped to the caller's credential and bound to the body it came with. A
+    replay is flagged in ``Idempotent-Replayed``."""
+    result = submit_specs(
+        ctx.store,
+        specs,
+        now=ctx.clock.now(),
+        known_accelerators=list(ctx.catalog.throughput),
+        first_seq=ctx.next_seq,
+        ids=ids,
+        existing=existing,
         idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
         request_hash=_hash(body.model_dump(mode="json")),
+        single=single,
     )
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -136,16 +148,18 @@ def submit_job(
                 f"{field}: unknown job {dep.job!r}",
                 [{"field": field, "problem": "unknown job"}],
             ) from None
-    now = ctx.clock.now()
-    job = job_from_spec(
+    new_id = _new_id(spec.name)
+    result = _submit(
+        ctx,
+        who,
+        [spec],
         spec,
-        job_id=_new_id(spec.name),
-        now=now,
-        seq=ctx.next_seq(),
-        known_accelerators=list(ctx.catalog.throughput),
-        dependency_ids={d.job: d.job for d in spec.depends_on},
+        idempotency_key,
+        response,
+        ids=lambda _job: new_id,
+        existing={d.job: d.job for d in spec.depends_on},
+        single=True,
     )
-    result = _submit(ctx, who, [job], spec, idempotency_key, response)
     job_id = result.job_ids[0]
     state = ctx.store.job(job_id).state if result.replayed else JobState.SUBMITTED
     return Created(id=job_id, state=state.value, links=links(job_id))
@@ -164,24 +178,16 @@ def submit_pipeline(
         _check_team(who, job_spec.team, f"jobs[{i}].team")
     project = spec.project or spec.name
     specs = [s.model_copy(update={"project": project}) for s in spec.jobs]
-    now = ctx.clock.now()
-    jobs = jobs_from_specs(
-        specs,
-        now=now,
-        known_accelerators=list(ctx.catalog.throughput),
-        first_seq=ctx.next_seq(len(specs)),
-    )
     suffix = secrets.token_hex(4)
-    ids = {j.id: f"{spec.name[:24]}.{j.id[:40]}-{suffix}" for j in jobs}
-    renamed = [
-        dataclasses.replace(
-            j,
-            id=ids[j.id],
-            depends_on=tuple(dataclasses.replace(d, job=ids[d.job]) for d in j.depends_on),
-        )
-        for j in jobs
-    ]
-    result = _submit(ctx, who, renamed, spec, idempotency_key, response)
+    result = _submit(
+        ctx,
+        who,
+        specs,
+        spec,
+        idempotency_key,
+        response,
+        ids=lambda job: f"{spec.name[:24]}.{job.id[:40]}-{suffix}",
+    )
     handles = {}
     for s, job_id in zip(spec.jobs, result.job_ids, strict=True):
         handles[s.name] = Created(

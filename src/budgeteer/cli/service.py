@@ -17,10 +17,11 @@ from rich.table import Table
 from budgeteer.cli import app, fail
 from budgeteer.config import load_config
 from budgeteer.errors import BudgeteerError
+from budgeteer.intake import submit_specs
 from budgeteer.scheduler import CycleReport, Driver
 from budgeteer.service.wiring import Service, build
-from budgeteer.spec import load_jobs_file
 from budgeteer.spec.errors import spec_errors
+from budgeteer.spec.files import converted, read_job_specs
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Service config (YAML).")]
 
@@ -35,12 +36,21 @@ def submit(jobs: Path, config: ConfigOption = None) -> None:
     """Submit the jobs of a file (idempotent: the same file content is accepted once)."""
     try:
         svc = _service(config)
-        parsed = load_jobs_file(
-            jobs, now=svc.clock.now(), known_accelerators=list(svc.catalog.throughput)
-        )
+        read = read_job_specs(jobs)
         key = hashlib.sha256(jobs.read_bytes()).hexdigest()
-        result = svc.store.submit(
-            parsed, at=svc.clock.now(), idempotency_key=f"file:{key}", request_hash=key
+        result = converted(
+            read,
+            lambda: submit_specs(
+                svc.store,
+                read.specs,
+                now=svc.clock.now(),
+                known_accelerators=list(svc.catalog.throughput),
+                existing=read.invalid_names,
+                idempotency_key=f"file:{key}",
+                request_hash=key,
+                source=read.source,
+                positions=read.positions,
+            ),
         )
     except BudgeteerError as exc:
         fail(exc)

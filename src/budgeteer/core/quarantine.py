@@ -16,7 +16,7 @@ Pure: no clock, no I/O; the same snapshot gives the same plan and the same quara
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from budgeteer.core.candidates import FrontCache
 from budgeteer.core.cycle import plan_cycle
@@ -30,20 +30,35 @@ INVALID_PREFIX = "planning this job failed"
 
 
 def plan_isolated(
-    snapshot: Snapshot, policy: Policy | None = None, cache: FrontCache | None = None
+    snapshot: Snapshot,
+    policy: Policy | None = None,
+    cache: FrontCache | None = None,
+    known_bad: Mapping[str, str] | None = None,
 ) -> Plan:
     """The plan of ``snapshot``, with the jobs whose planning raises quarantined (see the
-    module docstring)."""
+    module docstring). ``known_bad`` (job id → error) are jobs already found to raise, by an
+    earlier plan of the same jobs: left out and reported at once, without trying them again
+    (the API's plans, for ``explain`` and the metrics, take them from the scheduler's last
+    cycle)."""
+    every = [j for j in snapshot.jobs if j.state.is_pending and j.id not in snapshot.parked]
+    bad = {j.id: known_bad[j.id] for j in every if known_bad and j.id in known_bad}
+    if bad:
+        snapshot = dataclasses.replace(snapshot, parked=snapshot.parked | frozenset(bad))
     try:
-        return plan_cycle(snapshot, policy, cache)
+        return _with_quarantine(plan_cycle(snapshot, policy, cache), every, bad)
     except Exception:  # isolating the failure is the point
         pass
-    pending = [j for j in snapshot.jobs if j.state.is_pending and j.id not in snapshot.parked]
-    bad = _culprits(snapshot, pending, policy, cache)
-    if not bad:  # no single job explains it: let the supervisor see the original error
+    found = _culprits(snapshot, [j for j in every if j.id not in bad], policy, cache)
+    if not found:  # no single job explains it: let the supervisor see the original error
         return plan_cycle(snapshot, policy, cache)
-    rest = dataclasses.replace(snapshot, parked=snapshot.parked | frozenset(bad))
-    plan = plan_cycle(rest, policy, cache)
+    rest = dataclasses.replace(snapshot, parked=snapshot.parked | frozenset(found))
+    return _with_quarantine(plan_cycle(rest, policy, cache), every, bad | found)
+
+
+def _with_quarantine(plan: Plan, pending: Sequence[Job], bad: Mapping[str, str]) -> Plan:
+    """``plan`` with an ``invalid`` hold for each job of ``bad``."""
+    if not bad:
+        return plan
     tiers = {j.id: j.tier for j in pending}
     quarantined = tuple(
         Hold(
@@ -58,6 +73,15 @@ def plan_isolated(
         for job_id, error in sorted(bad.items())
     )
     return dataclasses.replace(plan, holds=(*plan.holds, *quarantined))
+
+
+def quarantined(plan: Plan) -> dict[str, str]:
+    """The jobs ``plan`` quarantined, with their errors."""
+    return {
+        h.job_id: dict(h.details).get("error", h.message)
+        for h in plan.holds
+        if h.reason is HoldReason.INVALID
+    }
 
 
 def _culprits(

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 from budgeteer.backends.base import ComputeBackend
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import FrontCache, HoldReason, Plan, Policy, Snapshot
-from budgeteer.core.quarantine import plan_isolated
+from budgeteer.core.quarantine import plan_isolated, quarantined
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.scheduler.launcher import Launcher
@@ -104,6 +105,8 @@ class Scheduler:
             self.snapshots.spend,
             self._attempt_ended,
         )
+        #: jobs whose planning raised, with the error (read by API threads: replaced whole)
+        self.quarantined: Mapping[str, str] = MappingProxyType({})
         self._adopted = False
         self._seen_budgets = 0
         self._seen_falls = 0
@@ -123,6 +126,8 @@ class Scheduler:
         snapshot = self.snapshots.build(self.parking.ids())
         # 4. plan
         plan = plan_isolated(snapshot, self.policy, self.cache)
+        still = {j: e for j, e in self.quarantined.items() if j in snapshot.parked}
+        self.quarantined = MappingProxyType(still | quarantined(plan))  # published whole
         # 5. apply
         self._apply(plan, snapshot, report)
         report.plan = plan

@@ -170,6 +170,7 @@ def build_app(
         max_body_bytes=cfg.api.max_body_bytes,
         is_leader=lambda: holder["loop"].leading,
         loop_ready=lambda: holder["loop"].ready(),  # noqa: PLW0108 - the thread is made below
+        quarantined=lambda: sched.quarantined,
         checkpoint_root=sched.checkpoint_root,
     )
 

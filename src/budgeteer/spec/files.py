@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -21,6 +22,7 @@ from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.job import JobSpec, jobs_from_specs
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -80,8 +82,21 @@ def _items(doc: Any, key: str, source: str) -> list[Any]:
     return doc
 
 
-def load_jobs_file(path: Path, *, now: datetime, known_accelerators: Sequence[str]) -> list[Job]:
-    """Jobs from a file holding a list of job specs (or ``{jobs: [...]}``), submitted at ``now``."""
+@dataclass(frozen=True, slots=True)
+class JobSpecsFile:
+    """A jobs file read: its valid specs with their positions in the file, the names of the
+    invalid ones (not "unknown" to their dependents) and what was wrong with them."""
+
+    source: str
+    specs: tuple[JobSpec, ...]
+    positions: tuple[int, ...]
+    invalid_names: Mapping[str, str]
+    errors: tuple[SpecError, ...]
+
+
+def read_job_specs(path: Path) -> JobSpecsFile:
+    """The specs of a file holding a list of job specs (or ``{jobs: [...]}``), each validated;
+    the file itself unreadable or malformed raises."""
     source = str(path)
     items = _items(read_document(path), "jobs", source)
     specs: list[JobSpec] = []
@@ -95,23 +110,44 @@ def load_jobs_file(path: Path, *, now: datetime, known_accelerators: Sequence[st
         except SpecErrors as exc:
             errors.extend(exc.errors)
             if isinstance(item, dict) and isinstance(item.get("name"), str):
-                invalid_names[item["name"]] = item["name"]  # not "unknown" to its dependents
+                invalid_names[item["name"]] = item["name"]
+    return JobSpecsFile(source, tuple(specs), tuple(positions), invalid_names, tuple(errors))
+
+
+def converted(read: JobSpecsFile, convert: Callable[[], _T]) -> _T:
+    """``convert()`` the specs of ``read``, reporting its reading errors and the conversion's
+    together, in file order (nothing is returned when there is any)."""
+    errors = list(read.errors)
+    result: _T | None = None
     try:
-        jobs = jobs_from_specs(
-            specs,
-            now=now,
-            known_accelerators=known_accelerators,
-            existing=invalid_names,
-            source=source,
-            positions=positions,
-        )
+        result = convert()
     except SpecErrors as exc:
         errors.extend(exc.errors)
     except SpecError as exc:
         errors.append(exc)
-    if errors:
+    if errors or result is None:
         raise SpecErrors(sorted(errors, key=lambda e: _index_of(e.field)))
-    return jobs
+    return result
+
+
+def load_jobs_file(
+    path: Path, *, now: datetime, known_accelerators: Sequence[str], first_seq: int = 0
+) -> list[Job]:
+    """Jobs from a file holding a list of job specs (or ``{jobs: [...]}``), submitted at
+    ``now`` (for planning; the service submits through :mod:`budgeteer.intake`)."""
+    read = read_job_specs(path)
+    return converted(
+        read,
+        lambda: jobs_from_specs(
+            read.specs,
+            now=now,
+            known_accelerators=known_accelerators,
+            existing=read.invalid_names,
+            first_seq=first_seq,
+            source=read.source,
+            positions=read.positions,
+        ),
+    )
 
 
 def _index_of(field: str) -> int:

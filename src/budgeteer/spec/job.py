@@ -384,20 +384,29 @@ def jobs_from_specs(
     first_seq: int = 0,
     source: str | None = None,
     positions: Sequence[int] | None = None,
+    single: bool = False,
 ) -> list[Job]:
     """Convert a batch (a file, a pipeline) of specs; names are the job ids within the batch.
+    With ``single`` (one job submitted alone) error paths name the spec's fields directly
+    (``sla``), not ``jobs[0].sla``.
 
     Dependencies may name a job of the batch or an ``existing`` job (name → id). Duplicate
     names and dependency cycles are rejected, the cycle named. Every error found is reported;
     ``positions`` gives each spec's index in its file (for error paths) when some were dropped.
     """
     where = list(positions) if positions is not None else list(range(len(specs)))
+
+    def prefix(i: int) -> str:
+        return "" if single else f"jobs[{where[i]}]"
+
     errors: list[SpecError] = []
     ids: dict[str, str] = dict(existing or {})
     for i, spec in enumerate(specs):
         if spec.name in ids and spec.name not in (existing or {}):
             errors.append(
-                SpecError(f"jobs[{where[i]}].name", f"duplicate job name {spec.name!r}", source)
+                SpecError(
+                    f"{prefix(i)}.name".lstrip("."), f"duplicate job name {spec.name!r}", source
+                )
             )
         ids[spec.name] = spec.name
     jobs: list[Job] = []
@@ -412,7 +421,7 @@ def jobs_from_specs(
                     known_accelerators=known_accelerators,
                     dependency_ids=ids,
                     source=source,
-                    prefix=f"jobs[{where[i]}]",
+                    prefix=prefix(i),
                 )
             )
         except SpecError as exc:
