@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from api_world import World, make_world
 from budgeteer.store import MemoryStore, SqlStore, Store
 
 POSTGRES_URL = os.environ.get("BUDGETEER_TEST_POSTGRES_URL")
@@ -131,3 +132,16 @@ def private_postgres() -> Iterator[PrivatePostgres]:
                 server.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    """The API test world (``api_world.py``) over SQLite and over PostgreSQL."""
+    url = (
+        f"sqlite:///{tmp_path / 'api.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    w = make_world(url, tmp_path)
+    yield w
+    w.store.close()

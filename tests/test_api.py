@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
@@ -15,22 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_world import ADMIN, SECRET, World, job_spec, make_world
+from api_world import ADMIN, SECRET, World, job_spec
 from budgeteer.api.auth import job_token
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import LedgerEntry
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    url = (
-        f"sqlite:///{tmp_path / 'api.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    w = make_world(url, tmp_path)
-    yield w
-    w.store.close()
 
 
 def test_submit_follow_explain_and_cancel(world: World) -> None:

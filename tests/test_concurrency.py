@@ -6,28 +6,13 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_world import ADMIN, World, job_spec, make_world
+from api_world import ADMIN, World, job_spec
 
 READERS = 4
 CYCLES = 40
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    url = (
-        f"sqlite:///{tmp_path / 'api.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    w = make_world(url, tmp_path)
-    yield w
-    w.store.close()
 
 
 def _spend(text: str) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_world import ADMIN, World, job_spec, make_world
+from api_world import ADMIN, World, job_spec
 from budgeteer.core import HoldReason, Plan, plan_cycle
 from budgeteer.core.quarantine import plan_isolated
 from budgeteer.domain.job import Job, JobState
@@ -123,18 +122,6 @@ def test_any_accepted_job_is_planned_held_or_quarantined_never_a_crash(job: Job)
 
 
 # -- served: a poisoned job from one team, a P0 from another ---------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    url = (
-        f"sqlite:///{tmp_path / 'api.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    w = make_world(url, tmp_path)
-    yield w
-    w.store.close()
-
-
 def test_a_poisoned_job_does_not_stop_another_teams_p0(world: World) -> None:
     driver = Driver(world.sched, LocalLeaderLock(), interval_seconds=60)
     try:
