@@ -13,7 +13,7 @@ from budgeteer.core.progress import Sample, Trend
 from budgeteer.domain.job import DeadlineMiss, Job
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
-from builders import NOW, make_job, make_snapshot
+from builders import NOW, make_job, make_offering, make_snapshot
 
 
 def _cancel(job: Job) -> Job:
@@ -92,3 +92,16 @@ def test_a_job_started_after_its_deadline_is_not_moved_off_spot_for_it() -> None
     action = runtime_action(started_early, NOW + timedelta(hours=1), Policy())
     assert action is not None
     assert "past the deadline" in action.reason
+
+
+def test_capacity_goes_to_the_on_time_job_before_a_late_one_of_its_tier() -> None:
+    # one instance left; the late job is the cheaper to place, but it can wait (it is late
+    # anyway) while the on-time job cannot: late jobs are placed on what on-time ones leave
+    scarce = make_offering("scarce", price=4.0, max_instances=1)
+    late = make_job("late", hours=1, deadline_hours=-1, submitted_hours_ago=5, spot=False, seq=0)
+    on_time = make_job("on-time", hours=3, deadline_hours=6, spot=False, seq=1)
+    plan = plan_cycle(make_snapshot([late, on_time], [scarce]))
+    assert [a.job_id for a in plan.admissions] == ["on-time"]
+    hold = plan.hold("late")
+    assert hold is not None
+    assert hold.reason is HoldReason.CAPACITY

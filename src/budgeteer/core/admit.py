@@ -110,6 +110,7 @@ class Admitted:
     front: Front
     reserved_usd: float
     budget_ids: tuple[str, ...]
+    late: bool = False  # planned late (its deadline can no longer be met)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +166,8 @@ def admit(
         for t in covering:
             t.planned_usd += cost
             t.tiers.add(tier)
-        admitted.append(Admitted(job, chosen, cost, tuple(t.budget.id for t in covering)))
+        budget_ids = tuple(t.budget.id for t in covering)
+        admitted.append(Admitted(job, chosen, cost, budget_ids, cands.late is not None))
     return AdmissionPass(tuple(admitted), tuple(holds))
 
 

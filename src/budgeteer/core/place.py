@@ -17,6 +17,7 @@ condition admission checked with every job at its cheapest point.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -238,8 +239,12 @@ def place(
     methods: set[str] = set()
     variables = 0
     proven = True
-    for tier in range(4):
-        members = [i for i in order if int(admitted[i].job.tier) == tier]
+    # tier by tier, and inside a tier the jobs that can still make their deadline before the
+    # late ones (the queue's order): each class is placed on what the ones before it left
+    for tier, late in itertools.product(range(4), (False, True)):
+        members = [
+            i for i in order if int(admitted[i].job.tier) == tier and admitted[i].late == late
+        ]
         contended = _contended(problem, members, state)
         if not contended:  # everyone's cheapest point is free: optimal, and always fits
             best: dict[int, Choice] = dict.fromkeys(members, 0)
