@@ -12,8 +12,15 @@ import subprocess
 import sys
 
 
-def bench(jobs: int, offerings: int, repeats: int, solver: str = "auto") -> dict[str, object]:
-    """One ``budgeteer bench cycle`` run as a subprocess (fresh interpreter each time)."""
+def bench(
+    jobs: int,
+    offerings: int,
+    repeats: int,
+    solver: str = "auto",
+    env: dict[str, str] | None = None,
+) -> dict[str, object]:
+    """One ``budgeteer bench cycle`` run as a subprocess (fresh interpreter each time; ``env``
+    for another checkout's code). Older commits printed solver noise before the JSON line."""
     out = subprocess.run(
         [
             sys.executable,
@@ -34,8 +41,10 @@ def bench(jobs: int, offerings: int, repeats: int, solver: str = "auto") -> dict
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
-    result: dict[str, object] = json.loads(out.stdout)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
+    result: dict[str, object] = json.loads(line)
     return result
 
 

@@ -11,11 +11,13 @@ measured numbers only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cycle import bench
 
 
 def run(src: str | None, jobs: int, offerings: int) -> dict[str, float]:
@@ -23,29 +25,8 @@ def run(src: str | None, jobs: int, offerings: int) -> dict[str, float]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "budgeteer",
-            "bench",
-            "cycle",
-            "--jobs",
-            str(jobs),
-            "--offerings",
-            str(offerings),
-            "--repeats",
-            "1",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    line = next(x for x in out.stdout.splitlines() if x.startswith("{"))  # older commits print
-    result: dict[str, float] = json.loads(line)  # solver noise on stdout
-    return result
+    result = bench(jobs, offerings, repeats=1, env=env)
+    return {k: float(v) for k, v in result.items() if isinstance(v, int | float)}
 
 
 def main() -> None:
@@ -67,7 +48,7 @@ def main() -> None:
         print(
             f"| {i + 1} | {old['median_seconds']:.3f} | {new['median_seconds']:.3f} | "
             f"{new['median_seconds'] / old['median_seconds']:.2f} | "
-            f"{old['admitted']}/{new['admitted']} | "
+            f"{old['admitted']:.0f}/{new['admitted']:.0f} | "
             f"{old['planned_cost_usd']:,.0f}/{new['planned_cost_usd']:,.0f} |"
         )
     mo, mn = statistics.median(old_t), statistics.median(new_t)
