@@ -19,9 +19,11 @@ from budgeteer.core.quarantine import plan_isolated
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
+from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.scheduler import Driver, Scheduler
+from budgeteer.spec.job import JobSpec, job_from_spec
 from budgeteer.store.leader import LocalLeaderLock
-from builders import make_budget, make_job, make_offering, make_snapshot
+from builders import NOW, make_budget, make_job, make_offering, make_snapshot
 
 OFFERINGS = [
     make_offering("od", price=3.0),
@@ -192,3 +194,49 @@ def test_readyz_fails_while_cycles_fail(world: World) -> None:
     finally:
         driver.close()
     assert world.http.get("/healthz").status_code == 200  # liveness is another question
+
+
+number = st.floats(min_value=1e-9, max_value=1e300, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def accepted_specs(draw: st.DrawFn) -> dict[str, object]:
+    """Job specs as a user sends them, with numbers anywhere the schema allows today."""
+    spec: dict[str, object] = {
+        "name": "x",
+        "team": draw(st.sampled_from(["growth", "search"])),
+        "priority": draw(st.sampled_from(["P0", "P1", "P2", "P3"])),
+        "work": {"reference_hours": draw(number)},
+        "resources": {
+            "gpus_per_worker": draw(st.integers(1, 64)),
+            "workers": draw(st.integers(1, 1024)),
+            "min_gpu_memory_gib": draw(st.floats(0, 1e6)),
+        },
+        "spot": {"allowed": draw(st.booleans())},
+        "command": ["true"],
+    }
+    days = draw(st.none() | st.floats(min_value=1e-6, max_value=2.9e6))
+    if days is not None:
+        spec["sla"] = f"{days:.6f}d"
+    if draw(st.booleans()):
+        spec["budget_usd"] = str(draw(st.decimals(min_value="0.01", max_value="1e15", places=2)))
+    if draw(st.booleans()):
+        spec["data"] = {"location": "aws/us-east-1", "size_gb": draw(number)}
+    return spec
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=accepted_specs())
+def test_any_spec_the_schema_accepts_is_planned_held_or_quarantined(doc: dict[str, object]) -> None:
+    try:
+        spec = JobSpec.parse(doc)
+        job = job_from_spec(spec, job_id="x", now=NOW, seq=99, known_accelerators=["A100", "T4"])
+    except (SpecError, SpecErrors):
+        return  # refused with a named field: not this test's concern
+    budgets = [make_budget(limit="500")]
+    plan = plan_isolated(make_snapshot([*OTHERS, job], OFFERINGS, budgets=budgets))
+    assert plan.admission("x") is not None or plan.hold("x") is not None
+    hold = plan.hold("x")
+    if hold is not None and hold.reason is HoldReason.INVALID:
+        without = plan_cycle(make_snapshot(OTHERS, OFFERINGS, budgets=budgets))
+        assert _decisions(plan, "x") == _decisions(without, "x")
