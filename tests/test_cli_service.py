@@ -134,3 +134,15 @@ def test_team_tokens_from_the_cli_work_on_the_api_until_revoked(home: Path) -> N
     listed = budgeteer("token", "list", "--config", cfg)
     assert token_id in listed.stdout
     assert secret.strip() not in listed.stdout
+
+
+def test_submit_refuses_a_job_without_a_command(home: Path) -> None:
+    cfg = str(home / "budgeteer.yaml")
+    jobs = home / "nocmd.yaml"
+    jobs.write_text("- {name: idle, team: t, work: {reference_hours: 1}}\n")
+    out = budgeteer("submit", str(jobs), "--config", cfg)
+    assert out.returncode == 2
+    assert "jobs[0].command" in out.stderr
+    assert "required" in out.stderr
+    status = budgeteer("status", "--config", cfg)
+    assert "idle" not in status.stdout  # nothing stored

@@ -14,8 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from budgeteer.domain.job import Job
+from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.job import JobSpec, jobs_from_specs
 from budgeteer.store.base import Store, Submission
+
+#: Why a spec without a command is refused.
+REQUIRED = "required: this service's backend runs commands"
 
 
 def submit_specs(
@@ -32,11 +36,21 @@ def submit_specs(
     source: str | None = None,
     positions: Sequence[int] | None = None,
     single: bool = False,
+    require_command: bool = False,
 ) -> Submission:
     """Convert ``specs`` and store them as one submission (see the module docstring).
     ``first_seq(n)`` hands out the first of ``n`` sequence numbers (default: the store's
     next); raises :class:`~budgeteer.errors.SpecErrors` naming every bad field, and stores
-    nothing then."""
+    nothing then. With ``require_command`` (the backend runs commands) every spec needs one."""
+    if require_command:
+        where = list(positions) if positions is not None else list(range(len(specs)))
+        missing = [
+            SpecError("command" if single else f"jobs[{where[i]}].command", REQUIRED, source)
+            for i, spec in enumerate(specs)
+            if not spec.command
+        ]
+        if missing:
+            raise SpecErrors(missing)
     seq = first_seq(len(specs)) if first_seq is not None else store.next_seq()
     jobs = jobs_from_specs(
         specs,

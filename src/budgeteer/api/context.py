@@ -37,6 +37,10 @@ class ApiContext:
     checkpoint_root: Path | None = None
     #: whether the scheduler loop keeps up: (ready, why) — see ``/readyz``
     loop_ready: Callable[[], tuple[bool, str]] = lambda: (True, "no scheduler in this process")
+    #: whether submissions must carry a command (the backend runs commands)
+    require_command: bool = True
+    #: whether webhooks may point at private addresses (``api.webhook_allow_private``)
+    webhook_allow_private: bool = False
     #: jobs the scheduler found to raise in planning (not tried again by the API's plans)
     quarantined: Callable[[], Mapping[str, str]] = dict
     front_cache: FrontCache = field(init=False, default_factory=FrontCache)

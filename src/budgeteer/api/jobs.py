@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from budgeteer.addresses import private_literal
 from budgeteer.api.deps import Caller, Ctx, Person
 from budgeteer.api.problems import Problem
 from budgeteer.api.views import explain, job_view, links
@@ -86,6 +87,7 @@ def _submit(
     """Convert and store the jobs atomically (:mod:`budgeteer.intake`, the CLI's path too); an
     idempotency key is scoped to the caller's credential and bound to the body it came with. A
     replay is flagged in ``Idempotent-Replayed``."""
+    _check_runnable(ctx, specs, single)
     result = submit_specs(
         ctx.store,
         specs,
@@ -97,10 +99,27 @@ def _submit(
         idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
         request_hash=_hash(body.model_dump(mode="json")),
         single=single,
+        require_command=ctx.require_command,
     )
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result
+
+
+def _unprocessable(field: str, problem: str) -> Problem:
+    return Problem(422, f"{field}: {problem}", [{"field": field, "problem": problem}])
+
+
+def _check_runnable(ctx: Ctx, specs: list[JobSpec], single: bool) -> None:
+    """What the schema alone cannot say: a webhook that does not point at the service's own
+    network (unless the operator allows). (A command where the backend runs commands is
+    checked on the one submit path, :mod:`budgeteer.intake`.)"""
+    for i, spec in enumerate(specs):
+        at = "" if single else f"jobs[{i}]."
+        if spec.webhook and not ctx.webhook_allow_private and private_literal(spec.webhook.url):
+            raise _unprocessable(
+                f"{at}webhook.url", "points at a private, loopback or link-local address"
+            )
 
 
 def _new_id(name: str) -> str:
@@ -139,6 +158,8 @@ def submit_job(
     (``Idempotent-Replayed: true``); the same key with another body is a 409."""
     _check_team(who, spec.team, "team")
     for k, dep in enumerate(spec.depends_on):
+        if dep.job == spec.name:
+            raise _unprocessable(f"depends_on[{k}].job", "a job cannot depend on itself")
         try:
             _visible(ctx, who, dep.job)
         except Problem:

@@ -106,7 +106,12 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return problem_response(exc.status_code, str(exc.detail), None, request.url.path)
+    errors = None
+    if exc.status_code == 400:  # a body that is not JSON at all (invalid UTF-8 …): name it too
+        errors = [
+            {"field": "(body)", "problem": "not readable JSON (invalid UTF-8, or nested too deep)"}
+        ]
+    return problem_response(exc.status_code, str(exc.detail), errors, request.url.path)
 
 
 async def _on_budgeteer(request: Request, exc: Exception) -> JSONResponse:

@@ -50,6 +50,7 @@ def submit(jobs: Path, config: ConfigOption = None) -> None:
                 request_hash=key,
                 source=read.source,
                 positions=read.positions,
+                require_command=True,  # the sandbox runs each job's command
             ),
         )
     except BudgeteerError as exc:

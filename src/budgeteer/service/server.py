@@ -171,6 +171,7 @@ def build_app(
         is_leader=lambda: holder["loop"].leading,
         loop_ready=lambda: holder["loop"].ready(),  # noqa: PLW0108 - the thread is made below
         quarantined=lambda: sched.quarantined,
+        webhook_allow_private=cfg.api.webhook_allow_private,
         checkpoint_root=sched.checkpoint_root,
     )
 

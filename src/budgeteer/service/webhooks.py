@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
-import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
+from budgeteer.addresses import private_address
 from budgeteer.clock import Clock
 from budgeteer.core.policy import Policy
 from budgeteer.core.progress import behind_schedule, eta, samples_of
@@ -41,21 +39,6 @@ Post = Callable[[str, bytes, dict[str, str]], int]
 
 def _http_post(url: str, body: bytes, headers: dict[str, str]) -> int:
     return httpx.post(url, content=body, headers=headers, timeout=5.0).status_code
-
-
-def private_address(url: str) -> bool:
-    """True when the URL's host resolves to a loopback, private, link-local or reserved
-    address (or does not resolve)."""
-    host = urlsplit(url).hostname or ""
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return True
-    for info in infos:
-        ip = ipaddress.ip_address(info[4][0])
-        if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved:
-            return True
-    return False
 
 
 class Notifier:

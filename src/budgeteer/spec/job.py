@@ -46,6 +46,20 @@ Name = Annotated[
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+# The schema's bounds (docs/job-spec.md, "Bounds"): far beyond any real retrain, near enough
+# that every number the planner derives stays finite and every date representable.
+#: Work of one job, in reference-accelerator hours (A100-40GB = 1): ~114 GPU-years.
+MAX_REFERENCE_HOURS = 1_000_000.0
+#: How far ahead a deadline (or an SLA) may lie.
+MAX_HORIZON = timedelta(days=366)
+MAX_WORKERS = 1024
+MAX_STEPS = 10**15
+MAX_STEPS_PER_HOUR = 1e12
+MAX_GPU_MEMORY_GIB = 1024.0
+MAX_DATA_GB = 10_000_000.0  # 10 PB
+MAX_BUDGET_USD = Decimal(1_000_000_000)
+WorkHours = Annotated[float, Field(gt=0, le=MAX_REFERENCE_HOURS, allow_inf_nan=False)]
+
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
     r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
@@ -64,6 +78,8 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"duration {text!r} is too long") from None
     if delta <= timedelta(0):
         raise ValueError(f"duration must be positive, got {text!r}")
+    if delta > MAX_HORIZON:
+        raise ValueError(f"{text!r} is longer than {MAX_HORIZON.days} days")
     return delta
 
 
@@ -74,8 +90,8 @@ class _Strict(BaseModel):
 class WorkersSpec(_Strict):
     """Elastic worker range: the scheduler picks a count in ``[min, max]``."""
 
-    min: Annotated[int, Field(ge=1, le=1024)] = 1
-    max: Annotated[int, Field(ge=1, le=1024)] = 1
+    min: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
+    max: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
 
     @model_validator(mode="after")
     def _ordered(self) -> WorkersSpec:
@@ -88,17 +104,31 @@ class ResourcesSpec(_Strict):
     """What each worker needs."""
 
     accelerators: list[Name] = Field(default_factory=list, max_length=32)
-    min_gpu_memory_gib: NonNegativeFloat = 0.0
+    min_gpu_memory_gib: Annotated[
+        float, Field(ge=0, le=MAX_GPU_MEMORY_GIB, allow_inf_nan=False)
+    ] = 0.0
     gpus_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
-    workers: WorkersSpec | Annotated[int, Field(ge=1, le=1024)] = Field(default_factory=WorkersSpec)
+    workers: WorkersSpec = Field(default_factory=WorkersSpec)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _fixed_workers(cls, value: Any) -> Any:
+        """``workers: 4`` is ``{min: 4, max: 4}`` (one message when it is out of range)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 1 <= value <= MAX_WORKERS:
+                raise ValueError(f"must be between 1 and {MAX_WORKERS}")
+            return {"min": value, "max": value}
+        return value
 
 
 class WorkSpec(_Strict):
     """Either ``reference_hours`` (A100-40GB GPU-hours) or ``steps`` with measured rates."""
 
-    reference_hours: PositiveFloat | None = None
-    steps: Annotated[int, Field(gt=0)] | None = None
-    steps_per_hour_on: dict[Name, PositiveFloat] | None = None
+    reference_hours: WorkHours | None = None
+    steps: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
+    steps_per_hour_on: (
+        dict[Name, Annotated[float, Field(gt=0, le=MAX_STEPS_PER_HOUR, allow_inf_nan=False)]] | None
+    ) = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _one_kind(self) -> WorkSpec:
@@ -144,8 +174,8 @@ class SpotSpec(_Strict):
 class StrategySpec(_Strict):
     """A full and a cheaper incremental variant of the same retrain (reference hours each)."""
 
-    full_reference_hours: PositiveFloat
-    incremental_reference_hours: PositiveFloat
+    full_reference_hours: WorkHours
+    incremental_reference_hours: WorkHours
 
     @model_validator(mode="after")
     def _cheaper(self) -> StrategySpec:
@@ -158,7 +188,7 @@ class DataSpec(_Strict):
     """Where the training data lives (``provider/region``) and its size, for egress pricing."""
 
     location: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")]
-    size_gb: NonNegativeFloat
+    size_gb: Annotated[float, Field(ge=0, le=MAX_DATA_GB, allow_inf_nan=False)]
 
 
 class EarlyStopSpec(_Strict):
@@ -194,7 +224,10 @@ class JobSpec(_Strict):
     work: WorkSpec | None = None
     deadline: AwareDatetime | None = None
     sla: str | None = None
-    budget_usd: Annotated[Decimal, Field(gt=0, allow_inf_nan=False, max_digits=18)] | None = None
+    budget_usd: (
+        Annotated[Decimal, Field(gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False, max_digits=18)]
+        | None
+    ) = None
     depends_on: list[DependencySpec] = Field(default_factory=list, max_length=256)
     spot: SpotSpec = Field(default_factory=SpotSpec)
     strategy: StrategySpec | None = None
@@ -278,11 +311,7 @@ def job_from_spec(
     """
     p = f"{prefix}." if prefix else ""
     res = spec.resources
-    workers = (
-        res.workers
-        if isinstance(res.workers, WorkersSpec)
-        else WorkersSpec(min=res.workers, max=res.workers)
-    )
+    workers = res.workers
     accelerators = _accelerators(
         res.accelerators, known_accelerators, f"{p}resources.accelerators", source
     )
@@ -341,14 +370,17 @@ def job_from_spec(
 
 def _deadline(spec: JobSpec, now: datetime, p: str, source: str | None) -> datetime | None:
     if spec.sla is not None:
-        try:
-            return now + parse_duration(spec.sla)
-        except OverflowError:
-            raise SpecError(f"{p}sla", f"{spec.sla!r} ends past the year 9999", source) from None
+        return now + parse_duration(spec.sla)  # at most MAX_HORIZON (checked by the schema)
     if spec.deadline is not None and spec.deadline <= now:
         raise SpecError(
             f"{p}deadline",
             f"is in the past ({spec.deadline.isoformat()} is not after {now.isoformat()})",
+            source,
+        )
+    if spec.deadline is not None and spec.deadline - now > MAX_HORIZON:
+        raise SpecError(
+            f"{p}deadline",
+            f"is more than {MAX_HORIZON.days} days ahead ({spec.deadline.isoformat()})",
             source,
         )
     return spec.deadline

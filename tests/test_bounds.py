@@ -1,0 +1,78 @@
+"""Bounded input at the API's door (issue 13, first part): every number and duration of a job
+spec has a bound, and what breaks one is a 4xx problem document naming the field — never a 500
+and never a job the planner cannot plan. Also what the schema alone cannot say: a command where
+the backend runs commands, a job depending on itself, a webhook into the service's network, a
+body that is not readable JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api_world import World, job_spec
+
+
+def _post(world: World, body: dict[str, Any]) -> Any:
+    return world.http.post("/v1/jobs", json=body, headers=world.auth(world.growth))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "problem"),
+    [
+        (
+            {"work": {"reference_hours": 1e12}},
+            "work.reference_hours",
+            "less than or equal to 1000000",
+        ),
+        ({"sla": "3000000d"}, "sla", "longer than 366 days"),
+        ({"sla": None, "deadline": "2031-01-01T00:00:00Z"}, "deadline", "more than 366 days ahead"),
+        ({"resources": {"workers": 100000}}, "resources.workers", "between 1 and 1024"),
+        ({"resources": {"min_gpu_memory_gib": 1e9}}, "resources.min_gpu_memory_gib", "1024"),
+        ({"budget_usd": "1e12"}, "budget_usd", "less than or equal to 1000000000"),
+        ({"data": {"location": "aws/us-east-1", "size_gb": 1e12}}, "data.size_gb", "10000000"),
+        ({"command": []}, "command", "required"),
+        ({"depends_on": [{"job": "churn"}]}, "depends_on[0].job", "cannot depend on itself"),
+        ({"webhook": {"url": "http://169.254.169.254/latest"}}, "webhook.url", "private"),
+        ({"webhook": {"url": "http://localhost:8080/hook"}}, "webhook.url", "private"),
+    ],
+)
+def test_out_of_bounds_is_a_422_naming_the_field(
+    world: World, changes: dict[str, Any], field: str, problem: str
+) -> None:
+    body = {k: v for k, v in {**job_spec(), **changes}.items() if v is not None}
+    r = _post(world, body)
+    assert r.status_code == 422, r.text
+    errors = r.json()["errors"]
+    assert [e["field"] for e in errors] == [field]  # one message, on the field at fault
+    assert problem in errors[0]["problem"]
+    assert world.store.jobs() == []  # nothing stored
+
+
+def test_a_missing_command_is_refused_where_the_backend_runs_commands(world: World) -> None:
+    body = {k: v for k, v in job_spec().items() if k != "command"}
+    r = _post(world, body)
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "command"
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"name": "\xff\xfe"}', b"[" * 20000 + b"]" * 20000], ids=["bad-utf8", "deep"]
+)
+def test_unreadable_bodies_get_errors_like_every_other_4xx(world: World, raw: bytes) -> None:
+    r = world.http.post(
+        "/v1/jobs",
+        content=raw,
+        headers={**world.auth(world.growth), "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "(body)"
+
+
+def test_at_the_bounds_a_job_is_accepted_and_planned(world: World) -> None:
+    big = job_spec(work={"reference_hours": 1_000_000}, sla="366d", resources={"workers": 1024})
+    r = _post(world, big)
+    assert r.status_code == 201, r.text
+    why = world.http.get(r.json()["links"]["explain"], headers=world.auth(world.growth))
+    assert why.status_code == 200
+    assert why.json()["decision"] in {"admit", "hold"}
