@@ -311,7 +311,7 @@ def test_metrics_parse_and_follow_the_ledger(world: World) -> None:
         exit_reason="preempted: spot capacity revoked",
         outcome=AttemptOutcome.PREEMPTED,
     )
-    text = world.http.get("/metrics").text
+    text = world.http.get("/metrics", headers=world.auth(ADMIN)).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert all(name.startswith("budgeteer_") for name in families)
     spend = families["budgeteer_spend_usd"].samples
@@ -409,7 +409,9 @@ def test_the_grafana_dashboard_queries_only_exported_metrics(world: World) -> No
     world.ctx.snapshot()  # the cycle histogram is registered at app creation
     exported = {
         s.name
-        for f in text_string_to_metric_families(world.http.get("/metrics").text)
+        for f in text_string_to_metric_families(
+            world.http.get("/metrics", headers=world.auth(ADMIN)).text
+        )
         for s in f.samples
     }
     dashboard = (Path(__file__).parents[1] / "deploy" / "grafana" / "budgeteer.json").read_text()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from api_world import World, job_spec
+from api_world import ADMIN, World, job_spec
 
 
 def _post(world: World, body: dict[str, Any]) -> Any:
@@ -76,3 +76,16 @@ def test_at_the_bounds_a_job_is_accepted_and_planned(world: World) -> None:
     why = world.http.get(r.json()["links"]["explain"], headers=world.auth(world.growth))
     assert why.status_code == 200
     assert why.json()["decision"] in {"admit", "hold"}
+
+
+def test_metrics_need_the_admin_or_the_metrics_token(world: World) -> None:
+    assert world.http.get("/metrics").status_code == 401  # every team's spend is there
+    team = world.http.get("/metrics", headers=world.auth(world.growth))
+    assert team.status_code == 401  # a team token sees only its team: not the whole
+    assert world.http.get("/metrics", headers=world.auth(ADMIN)).status_code == 200
+    world.ctx.metrics_token = "prometheus-scrape-token-0123"
+    scrape = world.http.get("/metrics", headers=world.auth("prometheus-scrape-token-0123"))
+    assert scrape.status_code == 200
+    assert "budgeteer_queue_depth" in scrape.text
+    world.ctx.metrics_public = True  # the operator opened it (serve warns)
+    assert world.http.get("/metrics").status_code == 200

@@ -61,6 +61,12 @@ class ApiConfig(_Strict):
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
     log_json: bool = False
     webhook_allow_private: bool = False
+    #: ``/metrics`` answers without a token (every team's spend and limits): only for a scrape
+    #: inside a private network; ``serve`` warns at start
+    metrics_public: bool = False
+    #: a token for Prometheus alone (``BUDGETEER_METRICS_TOKEN`` overrides); the admin token
+    #: works too
+    metrics_token: Annotated[str, Field(min_length=16)] | None = None
 
 
 class ServiceConfig(_Strict):

@@ -6,18 +6,20 @@ every error is a problem document (:mod:`budgeteer.api.problems`)."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from budgeteer.api import admin, budgets, dashboard, jobs
+from budgeteer.api.auth import authenticate
 from budgeteer.api.context import ApiContext
 from budgeteer.api.metrics import registry
-from budgeteer.api.problems import HANDLERS, problem_response
+from budgeteer.api.problems import HANDLERS, Problem, problem_response
 
 log = logging.getLogger("budgeteer.api")
 
@@ -100,7 +102,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.include_router(dashboard.router)
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    ) -> Response:
+        """Every team's spend and budgets: the admin token or the metrics token, unless the
+        operator opened it (``api.metrics_public``)."""
+        if not ctx.metrics_public and not _may_scrape(ctx, authorization):
+            raise Problem(401, "/metrics needs the admin token or the metrics token")
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["health"])
@@ -121,6 +129,18 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
     app.add_middleware(BodyLimit, limit=ctx.max_body_bytes)
     return app
+
+
+def _may_scrape(ctx: ApiContext, authorization: str | None) -> bool:
+    """Whether the bearer is the metrics token or an admin's."""
+    secret = (authorization or "").removeprefix("Bearer ").strip()
+    token = ctx.metrics_token
+    if secret and token and hmac.compare_digest(secret.encode(), token.encode()):
+        return True
+    who = authenticate(
+        authorization, lookup=ctx.token, admin_token=ctx.admin_token, secret_key=ctx.secret_key
+    )
+    return who is not None and who.admin
 
 
 def _ready(ok: bool, reason: str) -> Response:

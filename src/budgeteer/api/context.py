@@ -37,6 +37,9 @@ class ApiContext:
     checkpoint_root: Path | None = None
     #: whether the scheduler loop keeps up: (ready, why) — see ``/readyz``
     loop_ready: Callable[[], tuple[bool, str]] = lambda: (True, "no scheduler in this process")
+    #: ``/metrics`` without a token (``api.metrics_public``), and the scrape token if any
+    metrics_public: bool = False
+    metrics_token: str | None = None
     #: whether submissions must carry a command (the backend runs commands)
     require_command: bool = True
     #: whether webhooks may point at private addresses (``api.webhook_allow_private``)

@@ -172,6 +172,8 @@ def build_app(
         loop_ready=lambda: holder["loop"].ready(),  # noqa: PLW0108 - the thread is made below
         quarantined=lambda: sched.quarantined,
         webhook_allow_private=cfg.api.webhook_allow_private,
+        metrics_public=cfg.api.metrics_public,
+        metrics_token=os.environ.get("BUDGETEER_METRICS_TOKEN") or cfg.api.metrics_token,
         checkpoint_root=sched.checkpoint_root,
     )
 
@@ -225,6 +227,11 @@ def serve(
     log.info(
         "serving on http://%s:%d (dashboard at /, API at /v1, metrics at /metrics)", host, port
     )
+    if svc.config.api.metrics_public:
+        log.warning(
+            "api.metrics_public is on: /metrics shows every team's spend and budget limits to "
+            "anyone who can reach this port; keep it inside a private network"
+        )
     if workers > 1:
         os.environ |= {
             "BUDGETEER_ADMIN_TOKEN": admin_token,
