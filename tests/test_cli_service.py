@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,10 +58,40 @@ def test_cancel_a_pending_job(home: Path) -> None:
     cfg = str(home / "budgeteer.yaml")
     budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg)
     out = budgeteer("cancel", "hello", "--config", cfg)
-    assert out.stdout.strip() == "hello: cancelled"
+    assert out.stdout.strip() == "hello: cancelled (it had not started)"
+    again = budgeteer("cancel", "hello", "--config", cfg)  # it has ended: nothing to cancel
+    assert again.returncode == 1
+    assert "already cancelled; nothing to cancel" in again.stderr
     out = budgeteer("cancel", "nobody", "--config", cfg)
     assert out.returncode == 2
     assert "no job 'nobody'" in out.stderr
+    ledger = budgeteer("ledger", "--job", "nobody", "--config", cfg)
+    assert ledger.returncode == 2  # unknown ids are errors everywhere
+    assert "no job 'nobody'" in ledger.stderr
+
+
+def test_store_commands_without_a_config_say_so_instead_of_making_a_store(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "budgeteer", "status"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "BUDGETEER_CONFIG"},
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--config" in out.stderr
+    assert "budgeteer.yaml" in out.stderr
+    assert list(tmp_path.iterdir()) == []  # no budgeteer.db appeared
+    (tmp_path / "budgeteer.yaml").write_text(CONFIG)
+    found = subprocess.run(
+        [sys.executable, "-m", "budgeteer", "status"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert found.returncode == 0, found.stderr  # the config in the folder is used
 
 
 @pytest.mark.parametrize(

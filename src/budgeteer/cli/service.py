@@ -5,6 +5,7 @@ the service's machine; remote callers use the API or :mod:`budgeteer.client`).""
 from __future__ import annotations
 
 import hashlib
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from budgeteer.cli import app, fail
 from budgeteer.config import load_config
-from budgeteer.errors import BudgeteerError
+from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
 from budgeteer.scheduler import CycleReport, Driver
 from budgeteer.service.wiring import Service, build
@@ -26,8 +27,32 @@ from budgeteer.spec.files import converted, read_job_specs
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Service config (YAML).")]
 
 
+#: Config files looked for in the current folder when neither --config nor BUDGETEER_CONFIG is
+#: given.
+CONFIG_NAMES = ("budgeteer.yaml", "budgeteer.yml", "budgeteer.toml", "budgeteer.json")
+
+
+def find_config(config: Path | None) -> Path:
+    """The config file: ``--config``, else ``BUDGETEER_CONFIG``, else one of
+    :data:`CONFIG_NAMES` in the current folder. Without any, say so (exit 2) rather than open
+    a new, empty store where the operator stands ("my jobs vanished")."""
+    if config is not None:
+        return config
+    env = os.environ.get("BUDGETEER_CONFIG")
+    if env:
+        return Path(env)
+    for name in CONFIG_NAMES:
+        if Path(name).is_file():
+            return Path(name)
+    raise SpecError(
+        "--config",
+        "no configuration: pass --config FILE, set BUDGETEER_CONFIG, or put budgeteer.yaml "
+        "in this folder (it names the store to use)",
+    )
+
+
 def _service(config: Path | None) -> Service:
-    cfg, root = load_config(config)
+    cfg, root = load_config(find_config(config))
     return build(cfg, root)
 
 
@@ -145,11 +170,18 @@ def cancel(job: str, config: ConfigOption = None) -> None:
     """Cancel a job (a running one is stopped by the next scheduler cycle)."""
     try:
         svc = _service(config)
+        before = svc.store.job(job).state
         state = svc.store.request_cancel(job, at=svc.clock.now())
     except BudgeteerError as exc:
         fail(exc)
         return
-    typer.echo(f"{job}: {state.value}" + (" (cancel requested)" if state.is_active else ""))
+    if before.is_terminal:
+        typer.echo(f"{job}: already {before.value}; nothing to cancel", err=True)
+        raise typer.Exit(code=1)
+    if state.is_active:
+        typer.echo(f"{job}: {state.value}; cancel requested (the next cycle stops it)")
+    else:
+        typer.echo(f"{job}: cancelled (it had not started)")
 
 
 @app.command("ledger")
@@ -159,6 +191,8 @@ def ledger(
     """Every billed interval: attempt, time, price and its source, amount; and the total."""
     try:
         svc = _service(config)
+        if job is not None:
+            svc.store.job(job)  # an unknown id is an error here as everywhere
         entries = svc.store.ledger(job)
     except BudgeteerError as exc:
         fail(exc)
