@@ -1,4 +1,4 @@
-"""Bounded input at the API's door (issue 13, first part): every number and duration of a job
+"""Bounded input at the API's door, closed metrics and security headers (issue 13, in part): every number and duration of a job
 spec has a bound, and what breaks one is a 4xx problem document naming the field — never a 500
 and never a job the planner cannot plan. Also what the schema alone cannot say: a command where
 the backend runs commands, a job depending on itself, a webhook into the service's network, a
@@ -89,3 +89,12 @@ def test_metrics_need_the_admin_or_the_metrics_token(world: World) -> None:
     assert "budgeteer_queue_depth" in scrape.text
     world.ctx.metrics_public = True  # the operator opened it (serve warns)
     assert world.http.get("/metrics").status_code == 200
+
+
+def test_every_response_carries_the_security_headers(world: World) -> None:
+    for path, headers in [("/healthz", {}), ("/", world.auth(ADMIN)), ("/v1/jobs", {})]:
+        r = world.http.get(path, headers=headers)
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert "content-security-policy" not in world.http.get("/docs").headers  # CDN scripts
