@@ -52,6 +52,13 @@ def test_submit_run_status_ledger(home: Path) -> None:
     assert ledger.returncode == 0
     total = float(ledger.stdout.strip().splitlines()[-1].split()[1])
     assert total > 0
+    rows = [line for line in ledger.stdout.splitlines() if "hello" in line]
+    assert len(rows) == 1  # one row per attempt by default, numbered within the job
+    assert "│ 1 " in rows[0]
+    detail = budgeteer("ledger", "--config", cfg, "--job", "hello", "--detail")
+    stretches = [line for line in detail.stdout.splitlines() if "hello" in line]
+    assert len(stretches) >= len(rows)
+    assert float(detail.stdout.strip().splitlines()[-1].split()[1]) == total
 
 
 def test_cancel_a_pending_job(home: Path) -> None:

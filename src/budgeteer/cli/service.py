@@ -186,30 +186,55 @@ def cancel(job: str, config: ConfigOption = None) -> None:
 
 @app.command("ledger")
 def ledger(
-    job: Annotated[str | None, typer.Option("--job")] = None, config: ConfigOption = None
+    job: Annotated[str | None, typer.Option("--job", help="Only this job's spend.")] = None,
+    detail: Annotated[
+        bool, typer.Option("--detail", help="One row per stretch at one price, with its source.")
+    ] = False,
+    config: ConfigOption = None,
 ) -> None:
-    """Every billed interval: attempt, time, price and its source, amount; and the total."""
+    """Spend per attempt (job, its attempt number, where, how long, amount) and the total;
+    ``--detail`` shows every billed stretch with its price and source."""
     try:
         svc = _service(config)
         if job is not None:
             svc.store.job(job)  # an unknown id is an error here as everywhere
         entries = svc.store.ledger(job)
+        attempts = {a.id: a for a in svc.store.attempts(job)}
     except BudgeteerError as exc:
         fail(exc)
         return
-    table = Table(title="ledger")
-    for col in ("job", "attempt", "start", "end", "$/h", "source", "amount $"):
-        table.add_column(col)
-    for e in entries:
-        table.add_row(
-            e.job_id,
-            str(e.attempt_id),
-            e.start.isoformat(timespec="seconds"),
-            e.end.isoformat(timespec="seconds"),
-            str(e.usd_per_hour),
-            e.price_source,
-            f"{e.amount_usd:.6f}",
-        )
+    table = Table(title="ledger (detail)" if detail else "ledger")
+    if detail:
+        for col in ("job", "attempt", "start", "end", "$/h", "source", "amount $"):
+            table.add_column(col, justify="right" if col in {"$/h", "amount $"} else "left")
+        for e in entries:
+            table.add_row(
+                e.job_id,
+                str(attempts[e.attempt_id].number),
+                e.start.isoformat(timespec="seconds"),
+                e.end.isoformat(timespec="seconds"),
+                str(e.usd_per_hour),
+                e.price_source,
+                f"{e.amount_usd:.6f}",
+            )
+    else:
+        for col in ("job", "attempt", "offering", "instances", "start", "hours", "amount $"):
+            table.add_column(col, justify="right" if col in {"hours", "amount $"} else "left")
+        billed: dict[int, Decimal] = {}
+        for e in entries:
+            billed[e.attempt_id] = billed.get(e.attempt_id, Decimal(0)) + e.amount_usd
+        for attempt_id, amount in billed.items():
+            a = attempts[attempt_id]
+            end = a.ended_at or max(e.end for e in entries if e.attempt_id == attempt_id)
+            table.add_row(
+                a.job_id,
+                str(a.number),
+                a.offering_id,
+                str(a.instances),
+                a.started_at.isoformat(timespec="seconds"),
+                f"{(end - a.started_at).total_seconds() / 3600:.2f}",
+                f"{amount:.6f}",
+            )
     Console().print(table)
     typer.echo(f"total: {sum((e.amount_usd for e in entries), Decimal(0)):.6f} USD")
 
