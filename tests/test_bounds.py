@@ -6,11 +6,15 @@ body that is not readable JSON."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from api_world import ADMIN, World, job_spec
+from budgeteer.domain.job import JobState
+from budgeteer.store import LedgerEntry
 
 
 def _post(world: World, body: dict[str, Any]) -> Any:
@@ -98,3 +102,43 @@ def test_every_response_carries_the_security_headers(world: World) -> None:
         assert r.headers["x-frame-options"] == "DENY"
         assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
     assert "content-security-policy" not in world.http.get("/docs").headers  # CDN scripts
+
+
+def test_the_dashboard_says_why_a_job_failed_and_flags_a_budget_forecast_over_its_limit(
+    world: World,
+) -> None:
+    admin = world.auth(ADMIN)
+    world.http.post(
+        "/v1/budgets",
+        json={"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": 1},
+        headers=admin,
+    )
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
+    for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING):
+        world.store.transition(job_id, state, at=world.clock.now(), cause="test")
+    world.store.transition(
+        job_id, JobState.FAILED, at=world.clock.now(), cause="failed: exited 3 (OOM in step 7)"
+    )
+    attempt = world.store.start_attempt(
+        job_id,
+        backend="sandbox",
+        offering_id="x",
+        market="on_demand",
+        instance_ids=[],
+        at=world.clock.now(),
+    )
+    world.store.add_ledger_entry(
+        LedgerEntry(
+            attempt.id,
+            job_id,
+            world.clock.now(),
+            world.clock.now() + timedelta(hours=1),
+            Decimal(5),
+            Decimal(5),
+            "test",
+        )
+    )
+    page = world.http.get("/", headers=admin).text
+    assert "failed: exited 3 (OOM in step 7)" in page
+    assert "forecast over the limit" in page

@@ -20,6 +20,7 @@ from budgeteer.api.auth import Principal, authenticate
 from budgeteer.api.deps import Ctx
 from budgeteer.api.problems import Problem
 from budgeteer.api.views import budget_status, job_view
+from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 
 router = APIRouter(include_in_schema=False)
@@ -49,7 +50,8 @@ td,th{padding:.25rem .5rem;border-bottom:1px solid #eee;text-align:left}
 {% for b in budgets %}
 <section class="budget" data-budget="{{ b.id }}">
 <h3>{{ b.id }} — accrued ${{ b.accrued_usd }}, committed ${{ b.committed_usd }},
-forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_usd }}</h3>
+forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_usd }}
+{% if b.over %}<span class="risk badge">forecast over the limit</span>{% endif %}</h3>
 {{ b.svg | safe }}
 {% if b.held_jobs %}<p>holding: {{ b.held_jobs | join(", ") }}</p>{% endif %}
 </section>
@@ -74,12 +76,13 @@ forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_
 <td>{{ a.ended_at }}</td><td>{{ a.exit_reason }}</td></tr>
 {% else %}<tr><td colspan="4">none</td></tr>{% endfor %}</table>
 <h2>Finished</h2>
-<table id="finished"><tr><th>job</th><th>state</th><th>markets</th><th class="num">cost</th>
-<th class="num">on-demand equivalent</th></tr>
+<table id="finished"><tr><th>job</th><th>state</th><th>why</th><th>markets</th>
+<th class="num">cost</th><th class="num">on-demand equivalent</th></tr>
 {% for j in finished %}<tr data-job="{{ j.id }}"><td>{{ j.id }}</td><td>{{ j.state }}</td>
+<td>{{ j.ended_why or "" }}</td>
 <td>{{ j.market_history | join(" → ") }}</td><td class="num">${{ j.cost.accrued_usd }}</td>
 <td class="num">${{ j.cost.on_demand_equivalent_usd }}</td></tr>
-{% else %}<tr><td colspan="5">none yet</td></tr>{% endfor %}</table>
+{% else %}<tr><td colspan="6">none yet</td></tr>{% endfor %}</table>
 </body></html>""")
 
 
@@ -118,7 +121,8 @@ def dashboard(
         team = spec.get("scope", {}).get("team")
         if who.admin or team in who.teams:
             status = budget_status(ctx, spec["id"], spec)
-            budgets.append({**status, "svg": burn_down_svg(status)})
+            over = Decimal(str(status["forecast_usd"])) > Decimal(str(status["limit_usd"]))
+            budgets.append({**status, "svg": burn_down_svg(status), "over": over})
     queue = sorted(
         (views[j.id] for j in jobs if j.state.is_pending),
         key=lambda v: (v["priority"], v["submitted_at"]),
@@ -132,7 +136,14 @@ def dashboard(
             kind = p.get("instance_type", p.get("offering_id", ""))
             v["where"] = f"{p.get('instances', 1)}× {kind} {p.get('market', '')}"
             running.append(v)
-    finished = [views[j.id] for j in jobs if j.state.is_terminal]
+    finished = []
+    for j in jobs:
+        if j.state.is_terminal:
+            v = views[j.id]
+            if j.state is not JobState.SUCCEEDED:  # why it failed, was cancelled or stopped
+                events = ctx.store.events(j.id)
+                v["ended_why"] = events[-1].cause if events else None
+            finished.append(v)
     preemptions = sorted(
         (
             a
