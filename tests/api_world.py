@@ -57,6 +57,7 @@ def make_world(url: str, tmp_path: Path, max_body_bytes: int = 64 * 1024) -> Wor
         admin_token=ADMIN,
         secret_key=SECRET,
         max_body_bytes=max_body_bytes,
+        run_any_command=True,  # the tests' commands are ours; the policy is tested on its own
     )
     http = TestClient(create_app(ctx), raise_server_exceptions=False)
     tokens = {}

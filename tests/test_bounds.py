@@ -142,3 +142,37 @@ def test_the_dashboard_says_why_a_job_failed_and_flags_a_budget_forecast_over_it
     page = world.http.get("/", headers=admin).text
     assert "failed: exited 3 (OOM in step 7)" in page
     assert "forecast over the limit" in page
+
+
+@pytest.mark.parametrize(
+    ("command", "allowed"),
+    [
+        (["python", "-m", "mypkg.train", "--epochs", "3"], True),
+        (["python", "-m", "mypkg.train"], True),
+        (["python", "-c", "import os; os.system('id')"], False),
+        (["python", "-m", "mypkg.train_evil"], False),
+        (["/bin/sh", "-c", "cat /etc/shadow"], False),
+        (["/tmp/python", "-m", "mypkg.train"], False),  # a path the operator did not name
+        (["python", "-m"], False),
+    ],
+)
+def test_commands_outside_the_allow_list_are_refused(
+    world: World, command: list[str], allowed: bool
+) -> None:
+    world.ctx.run_any_command = False
+    world.ctx.allowed_commands = (("python", "-m", "mypkg.train"),)
+    r = _post(world, job_spec(command=command))
+    if allowed:
+        assert r.status_code == 201, r.text
+    else:
+        assert r.status_code == 403
+        assert r.json()["errors"][0]["field"] == "command"
+        assert world.store.jobs() == []
+
+
+def test_by_default_no_command_runs() -> None:
+    from budgeteer.config import ApiConfig  # noqa: PLC0415
+
+    cfg = ApiConfig()
+    assert cfg.allowed_commands == []
+    assert cfg.run_any_command is False

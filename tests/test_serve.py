@@ -56,7 +56,10 @@ def test_sigterm_checkpoints_and_the_next_start_resumes(tmp_path: Path) -> None:
         "store": "sqlite:///serve.db",
         "interval_seconds": 30,
         "backend": {"workdir": ".budgeteer", "time_scale": 60, "grace_seconds": 60},
-        "api": {"port": port},
+        "api": {
+            "port": port,
+            "allowed_commands": [[sys.executable, "-m", "budgeteer.examples.train_linear"]],
+        },
     }
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
     spec = {

@@ -61,6 +61,14 @@ class ApiConfig(_Strict):
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
     log_json: bool = False
     webhook_allow_private: bool = False
+    #: commands the API may run: each an argument-list prefix, matched exactly
+    #: (``[/opt/venv/bin/python, -m, mypkg.train]``). A submitted command outside them is
+    #: refused (403, ``command``)
+    allowed_commands: list[Annotated[list[str], Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=256
+    )
+    #: run any command a team token submits, as the service's user (``serve`` warns at start)
+    run_any_command: bool = False
     #: ``/metrics`` answers without a token (every team's spend and limits): only for a scrape
     #: inside a private network; ``serve`` warns at start
     metrics_public: bool = False

@@ -40,6 +40,9 @@ class ApiContext:
     #: ``/metrics`` without a token (``api.metrics_public``), and the scrape token if any
     metrics_public: bool = False
     metrics_token: str | None = None
+    #: the execution policy (:mod:`budgeteer.commands`): allowed command prefixes, or any
+    allowed_commands: tuple[tuple[str, ...], ...] = ()
+    run_any_command: bool = False
     #: whether submissions must carry a command (the backend runs commands)
     require_command: bool = True
     #: whether webhooks may point at private addresses (``api.webhook_allow_private``)

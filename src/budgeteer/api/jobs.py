@@ -17,6 +17,7 @@ from budgeteer.addresses import private_literal
 from budgeteer.api.deps import Caller, Ctx, Person
 from budgeteer.api.problems import Problem
 from budgeteer.api.views import explain, job_view, links
+from budgeteer.commands import command_allowed
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.tier import Tier
 from budgeteer.intake import submit_specs
@@ -111,11 +112,21 @@ def _unprocessable(field: str, problem: str) -> Problem:
 
 
 def _check_runnable(ctx: Ctx, specs: list[JobSpec], single: bool) -> None:
-    """What the schema alone cannot say: a webhook that does not point at the service's own
+    """What the schema alone cannot say: a command the operator allows (``api.allowed_commands``,
+    unless ``api.run_any_command``), a webhook that does not point at the service's own
     network (unless the operator allows). (A command where the backend runs commands is
     checked on the one submit path, :mod:`budgeteer.intake`.)"""
     for i, spec in enumerate(specs):
         at = "" if single else f"jobs[{i}]."
+        if (
+            spec.command
+            and not ctx.run_any_command
+            and not command_allowed(spec.command, ctx.allowed_commands)
+        ):
+            problem = "not allowed: the service runs only the commands its operator allows"
+            raise Problem(
+                403, f"{at}command: {problem}", [{"field": f"{at}command", "problem": problem}]
+            )
         if spec.webhook and not ctx.webhook_allow_private and private_literal(spec.webhook.url):
             raise _unprocessable(
                 f"{at}webhook.url", "points at a private, loopback or link-local address"

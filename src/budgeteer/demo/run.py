@@ -174,7 +174,12 @@ def start(port: int | None, workdir: Path | None = None) -> DemoRun:
             "time_scale": TIME_SCALE,
             "market": {"trace": str(TRACE)},
         },
-        "api": {"host": "127.0.0.1", "port": port},
+        "api": {
+            "host": "127.0.0.1",
+            "port": port,
+            # the demo's jobs run the bundled example trainer, and nothing else
+            "allowed_commands": [[sys.executable, "-m", "budgeteer.examples.train_linear"]],
+        },
     }
     (work / "budgeteer.yaml").write_text(yaml.safe_dump(config))
     admin = "demo-admin-" + secrets.token_hex(12)

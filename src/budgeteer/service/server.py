@@ -173,6 +173,8 @@ def build_app(
         quarantined=lambda: sched.quarantined,
         webhook_allow_private=cfg.api.webhook_allow_private,
         metrics_public=cfg.api.metrics_public,
+        allowed_commands=tuple(tuple(c) for c in cfg.api.allowed_commands),
+        run_any_command=cfg.api.run_any_command,
         metrics_token=os.environ.get("BUDGETEER_METRICS_TOKEN") or cfg.api.metrics_token,
         checkpoint_root=sched.checkpoint_root,
     )
@@ -227,6 +229,12 @@ def serve(
     log.info(
         "serving on http://%s:%d (dashboard at /, API at /v1, metrics at /metrics)", host, port
     )
+    if svc.config.api.run_any_command:
+        log.warning(
+            "api.run_any_command is on: any team token can run any command as this service's "
+            "user (uid %d); prefer api.allowed_commands",
+            os.getuid(),
+        )
     if svc.config.api.metrics_public:
         log.warning(
             "api.metrics_public is on: /metrics shows every team's spend and budget limits to "
