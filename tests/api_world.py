@@ -4,7 +4,8 @@ an admin token and one team token each for ``growth`` and ``search`` (no loop ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.catalog import load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.scheduler import Scheduler
-from budgeteer.store import SqlStore
+from budgeteer.store import LedgerEntry, SqlStore
 
 T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
 ADMIN = "admin-secret-token-0123456789"
@@ -81,3 +82,17 @@ def job_spec(name: str = "churn", team: str = "growth", **extra: object) -> dict
         "command": ["true"],
         **extra,
     }
+
+
+def bill(world: World, job_id: str, usd: str, market: str = "spot") -> None:
+    """An hour's attempt of ``job_id`` billed ``usd`` (at ``usd`` per hour), straight into the
+    store (no loop runs in this world)."""
+    now = world.clock.now()
+    attempt = world.store.start_attempt(
+        job_id, backend="sandbox", offering_id="x", market=market, instance_ids=[], at=now
+    )
+    world.store.add_ledger_entry(
+        LedgerEntry(
+            attempt.id, job_id, now, now + timedelta(hours=1), Decimal(usd), Decimal(usd), "test"
+        )
+    )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_world import ADMIN, SECRET, World, job_spec
+from api_world import ADMIN, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import LedgerEntry
@@ -382,25 +382,7 @@ def test_openapi_is_served(world: World) -> None:
 def test_the_grafana_dashboard_queries_only_exported_metrics(world: World) -> None:
     g = world.auth(world.growth)
     job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
-    attempt = world.store.start_attempt(
-        job_id,
-        backend="sandbox",
-        offering_id="x",
-        market="spot",
-        instance_ids=[],
-        at=world.clock.now(),
-    )
-    world.store.add_ledger_entry(
-        LedgerEntry(
-            attempt.id,
-            job_id,
-            world.clock.now(),
-            world.clock.now() + timedelta(hours=1),
-            Decimal(1),
-            Decimal(1),
-            "test",
-        )
-    )
+    bill(world, job_id, "1")
     world.http.post(
         "/v1/budgets",
         json={"id": "b", "scope": {"team": "growth"}, "limit_usd": 10},

@@ -6,15 +6,12 @@ body that is not readable JSON."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from api_world import ADMIN, World, job_spec
+from api_world import ADMIN, World, bill, job_spec
 from budgeteer.domain.job import JobState
-from budgeteer.store import LedgerEntry
 
 
 def _post(world: World, body: dict[str, Any]) -> Any:
@@ -120,25 +117,7 @@ def test_the_dashboard_says_why_a_job_failed_and_flags_a_budget_forecast_over_it
     world.store.transition(
         job_id, JobState.FAILED, at=world.clock.now(), cause="failed: exited 3 (OOM in step 7)"
     )
-    attempt = world.store.start_attempt(
-        job_id,
-        backend="sandbox",
-        offering_id="x",
-        market="on_demand",
-        instance_ids=[],
-        at=world.clock.now(),
-    )
-    world.store.add_ledger_entry(
-        LedgerEntry(
-            attempt.id,
-            job_id,
-            world.clock.now(),
-            world.clock.now() + timedelta(hours=1),
-            Decimal(5),
-            Decimal(5),
-            "test",
-        )
-    )
+    bill(world, job_id, "5", market="on_demand")
     page = world.http.get("/", headers=admin).text
     assert "failed: exited 3 (OOM in step 7)" in page
     assert "forecast over the limit" in page
