@@ -24,7 +24,14 @@ from budgeteer.service.wiring import Service, build
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import converted, read_job_specs
 
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="Service config (YAML).")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Service config file (YAML, TOML or JSON). Default: $BUDGETEER_CONFIG, else "
+        "budgeteer.yaml in this folder.",
+    ),
+]
 
 
 #: Config files looked for in the current folder when neither --config nor BUDGETEER_CONFIG is
@@ -89,8 +96,12 @@ def submit(jobs: Path, config: ConfigOption = None) -> None:
 @app.command("run")
 def run(
     config: ConfigOption = None,
-    cycles: Annotated[int | None, typer.Option("--cycles", min=1)] = None,
-    until_idle: Annotated[bool, typer.Option("--until-idle")] = False,
+    cycles: Annotated[
+        int | None, typer.Option("--cycles", min=1, help="Stop after this many cycles.")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Stop once every job has ended.")
+    ] = False,
 ) -> None:
     """Run the scheduler loop in the foreground (Ctrl-C stops it: running jobs checkpoint and
     resume on the next start)."""
@@ -127,7 +138,10 @@ def run(
 
 @app.command("status")
 def status(
-    job: Annotated[str | None, typer.Argument()] = None, config: ConfigOption = None
+    job: Annotated[
+        str | None, typer.Argument(help="A job id: its events. Without: every job.")
+    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Jobs with their state, attempts and cost; or one job's events."""
     try:

@@ -76,12 +76,14 @@ def deadline_spot(
     overhead_hours: Annotated[float, typer.Option("--overhead-hours", min=0.0)] = 0.2,
     policy: Annotated[str, typer.Option("--policy", help="|".join(POLICY_NAMES))] = "default",
     prices: Annotated[Path | None, typer.Option("--prices", help="Spot price series.")] = None,
-    price_key: Annotated[str | None, typer.Option("--price-key")] = None,
+    price_key: Annotated[
+        str | None, typer.Option("--price-key", help="Which series of the --prices file.")
+    ] = None,
     spot_price: Annotated[float | None, typer.Option("--spot-price", min=0.0)] = None,
     starts: Annotated[str | None, typer.Option("--starts", help="Start ticks: 120,4500")] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, max=10_000)] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled starts.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Replay one job under one policy from several start ticks of a trace."""
     try:
@@ -189,9 +191,11 @@ def deadline_spot_suite(
         Path("tests/data/spot-prices/v100_spot_prices.json")
     ),
     on_demand_price: Annotated[float, typer.Option("--on-demand-price", min=0.0)] = 3.06,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    policies: Annotated[str, typer.Option("--policies")] = ",".join(POLICY_NAMES),
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled starts.")] = 0,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policy names.")
+    ] = ",".join(POLICY_NAMES),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """All single-node traces × C/R ∈ {0.9, 0.8, 0.67, 0.5}, C = 48 h, 20 seeded starts each."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
