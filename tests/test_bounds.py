@@ -6,11 +6,13 @@ body that is not readable JSON."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from api_world import ADMIN, World, bill, job_spec
+from budgeteer.clock import SystemClock
 from budgeteer.domain.job import JobState
 
 
@@ -155,3 +157,16 @@ def test_by_default_no_command_runs() -> None:
     cfg = ApiConfig()
     assert cfg.allowed_commands == []
     assert cfg.run_any_command is False
+
+
+def test_the_dashboard_shows_wall_clock_time_and_labels_a_simulated_clock(world: World) -> None:
+    admin = world.auth(ADMIN)
+    plain = world.http.get("/", headers=admin).text
+    assert "simulated clock" not in plain  # a manual clock has no scale: shown as it is
+    anchor = datetime(2026, 1, 1, tzinfo=UTC)
+    world.ctx.clock = SystemClock(60.0, anchor)  # the sandbox's accelerated clock
+    page = world.http.get("/", headers=admin).text
+    assert "simulated clock:" in page
+    assert "60× real time" in page
+    wall = SystemClock().now()
+    assert f"{wall:%Y-%m-%d}" in page.split("simulated clock:")[0]  # today's date first

@@ -20,6 +20,7 @@ from budgeteer.api.auth import Principal, authenticate
 from budgeteer.api.deps import Ctx
 from budgeteer.api.problems import Problem
 from budgeteer.api.views import budget_status, job_view
+from budgeteer.clock import Clock, SystemClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 
@@ -105,6 +106,17 @@ def login(token: Annotated[str, Query(max_length=512)], ctx: Ctx) -> RedirectRes
     return response
 
 
+def as_of(clock: Clock) -> str:
+    """When the page was made, for people: wall-clock time; where the service runs on an
+    accelerated clock (the sandbox's ``time_scale``), its time is shown beside it, labelled."""
+    scale = float(getattr(clock, "scale", 1.0))
+    shown = f"{clock.now():%Y-%m-%d %H:%M:%S} UTC"
+    if scale == 1.0:
+        return shown
+    wall = SystemClock().now()
+    return f"{wall:%Y-%m-%d %H:%M:%S} UTC (simulated clock: {shown}, {scale:g}× real time)"
+
+
 @router.get("/", response_class=HTMLResponse)
 def dashboard(
     request: Request,
@@ -156,7 +168,7 @@ def dashboard(
     accrued = sum((Decimal(v["cost"]["accrued_usd"]) for v in views.values()), Decimal(0))
     od = sum((Decimal(v["cost"]["on_demand_equivalent_usd"]) for v in views.values()), Decimal(0))
     html = PAGE.render(
-        now=f"{ctx.clock.now():%Y-%m-%d %H:%M:%S} UTC",
+        now=as_of(ctx.clock),
         totals={
             "accrued": f"{accrued:.2f}",
             "on_demand": f"{od:.2f}",
