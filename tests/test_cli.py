@@ -141,9 +141,9 @@ def test_bench_json_is_json_alone_even_when_the_solver_talks() -> None:
 def test_the_solver_guard_keeps_native_writes_off_stdout() -> None:
     code = (
         "import os\n"
-        "from budgeteer.core.quiet import solver_output_silenced\n"
-        "with solver_output_silenced():\n"
-        "    os.write(1, b'native noise\\n')\n"
+        "from budgeteer.cli import native_writes_to_stderr\n"
+        "native_writes_to_stderr()\n"
+        "os.write(1, b'native noise\\n')\n"
         "print('kept')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

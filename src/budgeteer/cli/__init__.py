@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -30,10 +31,29 @@ def fail(exc: BudgeteerError) -> None:
     raise typer.Exit(code=2)
 
 
+def native_writes_to_stderr() -> None:
+    """Keep what native code writes to descriptor 1 off standard output. HiGHS (through
+    ``scipy.optimize.milp``) prints debugging lines such as ``HighsMipSolverData::…
+    tmpSolver.run();`` from C++ even with ``disp=False`` — about a hundred on a large plan —
+    which would break anyone piping ``--json``. Descriptor 1 is pointed at standard error and
+    Python's ``sys.stdout`` writes to a copy of the real standard output. Done once, at the
+    edge (the entry point): the core stays free of I/O. Jobs' output goes to their log files."""
+    try:
+        sys.stdout.flush()
+        real = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError):  # no descriptors to juggle (closed, or captured)
+        return
+    sys.stdout = open(  # noqa: SIM115 - the process's standard output from now on
+        real, "w", buffering=1, encoding=sys.stdout.encoding, errors=sys.stdout.errors
+    )
+
+
 def main() -> None:
     """Entry point of the ``budgeteer`` script."""
     from budgeteer.cli import bench, demo, plan, service, simulate, spot  # noqa: F401, PLC0415
 
+    native_writes_to_stderr()
     try:
         app()
     except BudgeteerError as exc:  # errors raised outside a command's own handling

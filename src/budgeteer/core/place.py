@@ -30,7 +30,6 @@ from scipy.sparse import coo_matrix
 from budgeteer.core.admit import Admitted, BudgetTally
 from budgeteer.core.outcomes import SolverReport
 from budgeteer.core.policy import Policy, SolverChoice
-from budgeteer.core.quiet import solver_output_silenced
 from budgeteer.domain.offering import Offering
 
 Choice = int | None  # position in the job's front, or None: waits for capacity
@@ -190,14 +189,13 @@ def _milp_tier(
         reserved = sum(problem.admitted[i].reserved_usd for i in row.members & member_set)
         add_row(entries, row.rhs_usd - (state.row_usage[r] - reserved) + 1e-6)
     a_matrix = coo_matrix((vals, (r_idx, v_idx)), shape=(len(ub), len(var))).tocsr()
-    with solver_output_silenced():
-        result = milp(
-            c,
-            constraints=LinearConstraint(a_matrix, -np.inf, np.array(ub)),
-            integrality=np.ones(len(var)),
-            bounds=(0, 1),
-            options={"time_limit": policy.milp_time_limit_seconds, "disp": False},
-        )
+    result = milp(
+        c,
+        constraints=LinearConstraint(a_matrix, -np.inf, np.array(ub)),
+        integrality=np.ones(len(var)),
+        bounds=(0, 1),
+        options={"time_limit": policy.milp_time_limit_seconds, "disp": False},
+    )
     if result.x is None:
         return None
     chosen: dict[int, Choice] = dict.fromkeys(members)

@@ -8,7 +8,7 @@ halves that still raise, down to single jobs: ``k`` bad jobs among ``n`` cost ab
 *quarantined*: left out of the plan (like parked jobs) and reported as holds with reason
 ``invalid`` and the error's text. The plan of the others is then exactly the plan they get
 without those jobs. A failure no single job explains (two jobs that only break together) is
-raised as it was: the caller's supervisor logs it and retries.
+re-raised as it was: the caller's supervisor logs it and retries.
 
 Pure: no clock, no I/O; the same snapshot gives the same plan and the same quarantine.
 """
@@ -46,11 +46,10 @@ def plan_isolated(
         snapshot = dataclasses.replace(snapshot, parked=snapshot.parked | frozenset(bad))
     try:
         return _with_quarantine(plan_cycle(snapshot, policy, cache), every, bad)
-    except Exception:  # isolating the failure is the point
-        pass
-    found = _culprits(snapshot, [j for j in every if j.id not in bad], policy, cache)
-    if not found:  # no single job explains it: let the supervisor see the original error
-        return plan_cycle(snapshot, policy, cache)
+    except Exception:  # isolating the failure is the point: find the jobs behind it
+        found = _culprits(snapshot, [j for j in every if j.id not in bad], policy, cache)
+        if not found:  # no single job explains it: the supervisor sees the original error
+            raise
     rest = dataclasses.replace(snapshot, parked=snapshot.parked | frozenset(found))
     return _with_quarantine(plan_cycle(rest, policy, cache), every, bad | found)
 
