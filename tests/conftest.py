@@ -16,9 +16,36 @@ import pytest
 import sqlalchemy as sa
 
 from api_world import World, make_world
+from budgeteer.backends.jobuser import SDK_PACKAGES, python_for, resolve_job_user
 from budgeteer.store import MemoryStore, SqlStore, Store
 
 POSTGRES_URL = os.environ.get("BUDGETEER_TEST_POSTGRES_URL")
+
+
+def _passable(tmp: Path) -> Path:
+    """Under root, a served sandbox runs its jobs as ``nobody``, which must pass through the
+    test's folder to reach its checkpoint folder (pytest makes them 0700): let others pass
+    through (not list) ``tmp`` and its parents up to the system's temporary folder."""
+    if os.geteuid() == 0:
+        for folder in (tmp, *tmp.parents):
+            if folder == Path(tempfile.gettempdir()):
+                break
+            folder.chmod(folder.stat().st_mode | 0o011)
+    return tmp
+
+
+@pytest.fixture(autouse=True)
+def _jobs_can_reach_tmp(request: pytest.FixtureRequest) -> None:
+    if "tmp_path" in request.fixturenames:
+        _passable(request.getfixturevalue("tmp_path"))
+
+
+@pytest.fixture(scope="session")
+def job_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python the served sandbox's jobs can run, with budgeteer and numpy: this one, unless
+    the jobs run as another user (the tests run as root) who cannot reach it."""
+    stage = _passable(tmp_path_factory.mktemp("job-python"))
+    return python_for(resolve_job_user(None), stage, (*SDK_PACKAGES, "numpy"))
 
 
 @pytest.fixture

@@ -22,13 +22,13 @@ backend:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(tmp_path: Path, job_python: str) -> Path:
     (tmp_path / "budgeteer.yaml").write_text(CONFIG)
     (tmp_path / "jobs.yaml").write_text(
         f"- {{name: hello, team: t, work: {{reference_hours: 0.01}},"
-        f" command: [{sys.executable}, -c, \"print('hello')\"]}}\n"
+        f" command: [{job_python}, -c, \"print('hello')\"]}}\n"
         f"- {{name: later, team: t, work: {{reference_hours: 0.01}},"
-        f" depends_on: [{{job: hello, on: failure}}], command: [{sys.executable}, -c, '0']}}\n"
+        f" depends_on: [{{job: hello, on: failure}}], command: [{job_python}, -c, '0']}}\n"
     )
     return tmp_path
 
@@ -118,7 +118,7 @@ def test_bad_config_is_named(tmp_path: Path, config: str, message: str) -> None:
     assert message in out.stderr
 
 
-def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path) -> None:
+def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path, job_python: str) -> None:
     cfg = tmp_path / "budgeteer.yaml"
     # a minute of real time between cycles: only events can make this run finish in time
     cfg.write_text(
@@ -135,7 +135,7 @@ def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
         f"- {{name: quick, team: t, work: {{reference_hours: 0.01}}, spot: "
-        f"{{allowed: false}}, command: [{sys.executable}, -c, '0']}}\n"
+        f"{{allowed: false}}, command: [{job_python}, -c, '0']}}\n"
     )
     assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
     # submission, start-up and exit each wake the loop (see test_loop_guards for the wake-up

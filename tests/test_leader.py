@@ -101,7 +101,7 @@ def _read_until(proc: subprocess.Popen[str], text: str) -> str:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_schedulers_one_acts_and_the_other_takes_over(
-    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest, job_python: str
 ) -> None:
     store = (
         f"sqlite:///{tmp_path / 'state.db'}"
@@ -118,7 +118,7 @@ def test_two_schedulers_one_acts_and_the_other_takes_over(
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
         f"- {{name: hello, team: t, work: {{reference_hours: 0.01}}, "
-        f"command: [{sys.executable}, -c, '0']}}\n"
+        f"command: [{job_python}, -c, '0']}}\n"
     )
     assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
     log = _read_until(second, "launched hello")

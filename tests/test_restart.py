@@ -23,7 +23,7 @@ SCRIPT = Path(__file__).parents[1] / "examples" / "train_linear.py"
 ARGS = ["--epochs", "15", "--step-seconds", "0.003"]
 
 
-def test_sigkill_the_scheduler_ten_times(tmp_path: Path) -> None:
+def test_sigkill_the_scheduler_ten_times(tmp_path: Path, job_python: str) -> None:
     baseline = tmp_path / "baseline.npy"
     subprocess.run(
         [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
@@ -42,13 +42,7 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path) -> None:
             "team": "t",
             "work": {"reference_hours": 0.01},
             "spot": {"allowed": False},
-            "command": [
-                sys.executable,
-                str(SCRIPT),
-                *ARGS,
-                "--out",
-                str(tmp_path / f"model{i}.npy"),
-            ],
+            "command": [job_python, str(SCRIPT), *ARGS, "--out", "model.npy"],
         }
         for i in range(3)
     ]
@@ -84,11 +78,12 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
     for i in range(3):
         job_id = f"job{i}"
+        folder = tmp_path / "work" / "checkpoints" / job_id  # the job's working folder
         assert store.job(job_id).state is JobState.SUCCEEDED
         states = [e.to_state for e in store.events(job_id)]
         assert sum(s.is_terminal for s in states) == 1  # ended exactly once
-        assert np.array_equal(np.load(baseline), np.load(tmp_path / f"model{i}.npy"))
-        progress = tmp_path / "work" / "checkpoints" / job_id / "progress.jsonl"
+        assert np.array_equal(np.load(baseline), np.load(folder / "model.npy"))
+        progress = folder / "progress.jsonl"
         epochs = [json.loads(line)["epoch"] for line in progress.read_text().splitlines()]
         assert epochs == sorted(set(epochs))  # never two trainers at once, never restarted
         attempts = store.attempts(job_id)

@@ -48,7 +48,7 @@ def _until(check: object, seconds: float) -> None:
     raise AssertionError("timed out")
 
 
-def test_sigterm_checkpoints_and_the_next_start_resumes(tmp_path: Path) -> None:
+def test_sigterm_checkpoints_and_the_next_start_resumes(tmp_path: Path, job_python: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -58,7 +58,7 @@ def test_sigterm_checkpoints_and_the_next_start_resumes(tmp_path: Path) -> None:
         "backend": {"workdir": ".budgeteer", "time_scale": 60, "grace_seconds": 60},
         "api": {
             "port": port,
-            "allowed_commands": [[sys.executable, "-m", "budgeteer.examples.train_linear"]],
+            "allowed_commands": [[job_python, "-m", "budgeteer.examples.train_linear"]],
         },
     }
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
@@ -68,7 +68,7 @@ def test_sigterm_checkpoints_and_the_next_start_resumes(tmp_path: Path) -> None:
         "work": {"reference_hours": 0.5},
         "spot": {"allowed": False},
         "command": [
-            sys.executable,
+            job_python,
             "-m",
             "budgeteer.examples.train_linear",
             "--epochs",

@@ -19,7 +19,7 @@ from test_cli import budgeteer
 
 
 def test_postgres_restarting_during_a_run(
-    tmp_path: Path, private_postgres: PrivatePostgres
+    tmp_path: Path, private_postgres: PrivatePostgres, job_python: str
 ) -> None:
     cfg = tmp_path / "budgeteer.yaml"
     cfg.write_text(
@@ -32,7 +32,7 @@ def test_postgres_restarting_during_a_run(
             "team": "t",
             "work": {"reference_hours": 0.05},
             "spot": {"allowed": False},
-            "command": [sys.executable, "-c", "import time; time.sleep(6)"],
+            "command": [job_python, "-c", "import time; time.sleep(6)"],
         }
         for i in range(3)
     ]

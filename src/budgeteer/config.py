@@ -44,6 +44,15 @@ class SandboxConfig(_Strict):
     grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     time_scale: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
     market: TraceMarketConfig | RateMarketConfig = Field(default_factory=RateMarketConfig)
+    #: the unprivileged user (name or uid) jobs run as when the service runs as root (default
+    #: ``nobody``); never root. An ordinary service runs jobs as itself
+    run_as: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    #: names of the service's environment variables a job also sees (beyond PATH, locale,
+    #: TZ, PYTHONPATH, VIRTUAL_ENV, CUDA_VISIBLE_DEVICES); the rest — tokens, database URLs —
+    #: stay with the service
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, max_length=256
+    )
 
 
 class ApiConfig(_Strict):

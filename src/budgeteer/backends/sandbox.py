@@ -40,6 +40,12 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
+from budgeteer.backends.jobuser import (
+    JobUser,
+    blocked_for,
+    job_environment,
+    prepare_private_folder,
+)
 from budgeteer.backends.market import MarketPrices, SandboxMarket
 from budgeteer.clock import Clock
 from budgeteer.domain.offering import Market
@@ -68,12 +74,23 @@ class SandboxBackend(MarketPrices):
     capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=True)
 
     def __init__(
-        self, clock: Clock, market: SandboxMarket, workdir: Path, grace_seconds: float = 30.0
+        self,
+        clock: Clock,
+        market: SandboxMarket,
+        workdir: Path,
+        grace_seconds: float = 30.0,
+        *,
+        run_as: JobUser | None = None,
+        pass_env: tuple[str, ...] = (),
     ) -> None:
         self.clock = clock
         self.market = market
         self.workdir = workdir
         self.grace_seconds = grace_seconds
+        #: the unprivileged user jobs run as (``None``: this process's own user, never root
+        #: when built from a config — see :mod:`budgeteer.backends.jobuser`)
+        self.run_as = run_as
+        self.pass_env = pass_env
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
 
@@ -182,10 +199,20 @@ class SandboxBackend(MarketPrices):
         if not request.command:
             raise LaunchFailed("empty command")
         exe = request.command[0]
-        if shutil.which(exe) is None and not Path(exe).is_file():
+        found = shutil.which(exe) or (exe if Path(exe).is_file() else None)
+        if found is None:
             raise LaunchFailed(f"command not found: {exe!r}")
+        if self.run_as is not None:
+            blocked = blocked_for(self.run_as, Path(found))
+            if blocked is not None:
+                raise LaunchFailed(
+                    f"command {exe!r} cannot be run by the jobs' user {self.run_as.name!r}: "
+                    f"{blocked} is closed to it (backend.run_as)"
+                )
         try:
-            request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            prepare_private_folder(request.checkpoint_dir, self.run_as)
+            if self.run_as is not None:
+                return  # the folder is the job's, made so just now
             probe = request.checkpoint_dir / ".budgeteer-write-test"
             probe.write_bytes(b"")
             probe.unlink()
@@ -229,8 +256,7 @@ class SandboxBackend(MarketPrices):
 
     def _start(self, a: _Attempt, now: datetime) -> None:
         req = a.request
-        env = {
-            **os.environ,
+        own = {
             **req.env,
             "BUDGETEER_JOB_ID": req.job_id,
             "BUDGETEER_ATTEMPT": str(req.attempt),
@@ -240,16 +266,22 @@ class SandboxBackend(MarketPrices):
             "BUDGETEER_OFFERING": req.offering.id,
             "BUDGETEER_WORKERS": str(req.workers),
         }
+        if self.run_as is not None:  # its own folder is its home and working folder
+            own |= {"HOME": str(req.checkpoint_dir), "USER": self.run_as.name}
+        env = job_environment(os.environ, self.pass_env, own)
         a.log_path.parent.mkdir(parents=True, exist_ok=True)
         shim = [sys.executable, "-m", "budgeteer.backends.shim", str(a.state_dir)]
-        shim += ["--instances", str(req.instances), "--"]
+        shim += ["--instances", str(req.instances)]
+        if self.run_as is not None:
+            shim += ["--user", self.run_as.spec()]
         with open(a.log_path, "ab") as log:
             a.process = subprocess.Popen(
-                [*shim, *req.command],
+                [*shim, "--", *req.command],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=req.checkpoint_dir,  # the job's own folder is its working folder
             )
         a.pid = a.process.pid
         a.started_at = now

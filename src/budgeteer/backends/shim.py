@@ -1,4 +1,5 @@
-"""The per-attempt shim: ``python -m budgeteer.backends.shim STATE_DIR [--instances N] -- CMD...``.
+"""The per-attempt shim: ``python -m budgeteer.backends.shim STATE_DIR [--instances N]
+[--user UID:GID] -- CMD...``.
 
 It starts the job's command once per instance (``BUDGETEER_NODE_RANK`` 0…N−1 and
 ``BUDGETEER_NUM_NODES`` N in each one's environment), records their pids in ``STATE_DIR/pid``,
@@ -6,6 +7,9 @@ forwards the preemption notice (SIGTERM) to all of them, and when they have all 
 attempt's exit status to ``STATE_DIR/exit`` (atomically) before exiting with the same status.
 The status is 0 when every instance exited 0, else the first failure's; a failing instance
 brings the others down (SIGTERM), as a multi-node job cannot go on without one of its nodes.
+With ``--user`` (a service running as root), the shim stays root — so that the scheduler can
+signal it and it can write the state files the job cannot touch — and starts the commands as
+that unprivileged user, with no supplementary groups and umask 077.
 The files outlive the scheduler: a restarted scheduler re-attaches to a running attempt through
 them and learns how an attempt ended while nobody was watching.
 """
@@ -16,10 +20,23 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-_USAGE = "usage: python -m budgeteer.backends.shim STATE_DIR [--instances N] -- COMMAND..."
+_USAGE = (
+    "usage: python -m budgeteer.backends.shim STATE_DIR [--instances N] [--user UID:GID] "
+    "-- COMMAND..."
+)
+
+
+@dataclass(frozen=True)
+class _Args:
+    state: Path
+    instances: int
+    user: tuple[int, int] | None
+    command: list[str]
 
 
 def _write(path: Path, text: str) -> None:
@@ -28,16 +45,30 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _parse(argv: list[str]) -> tuple[Path, int, list[str]] | None:
-    if len(argv) >= 2 and argv[1] == "--instances":
-        if len(argv) < 5 or not argv[2].isdigit() or int(argv[2]) < 1:
-            return None
-        state, instances, rest = argv[0], int(argv[2]), argv[3:]
-    else:
-        state, instances, rest = argv[0] if argv else "", 1, argv[1:]
-    if len(rest) < 2 or rest[0] != "--":
+def _parse(argv: list[str]) -> _Args | None:
+    if not argv:
         return None
-    return Path(state), instances, rest[1:]
+    state, rest = argv[0], argv[1:]
+    instances, user = 1, None
+    while rest and rest[0] != "--":
+        if len(rest) < 2:
+            return None
+        option, value, rest = rest[0], rest[1], rest[2:]
+        if option == "--instances" and value.isdigit() and int(value) >= 1:
+            instances = int(value)
+        elif option == "--user" and _is_user(value):
+            uid, gid = value.split(":")
+            user = (int(uid), int(gid))
+        else:
+            return None
+    if len(rest) < 2:
+        return None
+    return _Args(Path(state), instances, user, rest[1:])
+
+
+def _is_user(value: str) -> bool:
+    uid, _, gid = value.partition(":")
+    return uid.isdigit() and gid.isdigit() and int(uid) != 0
 
 
 def main(argv: list[str]) -> int:
@@ -46,19 +77,25 @@ def main(argv: list[str]) -> int:
     if parsed is None:
         print(_USAGE, file=sys.stderr)
         return 2
-    state, instances, command = parsed
+    state, instances = parsed.state, parsed.instances
     state.mkdir(parents=True, exist_ok=True)
-    children = [
-        subprocess.Popen(
-            command,
-            env={
-                **os.environ,
-                "BUDGETEER_NODE_RANK": str(rank),
-                "BUDGETEER_NUM_NODES": str(instances),
-            },
-        )
-        for rank in range(instances)
-    ]
+    drop: dict[str, Any] = {}
+    if parsed.user is not None:
+        uid, gid = parsed.user
+        drop = {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(instances):
+            env = {**os.environ, "BUDGETEER_NODE_RANK": str(rank)}
+            env["BUDGETEER_NUM_NODES"] = str(instances)
+            children.append(subprocess.Popen(parsed.command, env=env, **drop))
+    except OSError as exc:  # not executable by the job's user, or gone since the launch check
+        print(f"budgeteer shim: cannot start {parsed.command[0]!r}: {exc}", file=sys.stderr)
+        for child in children:
+            child.kill()
+            child.wait()
+        _write(state / "exit", "127")
+        return 127
 
     def forward(signum: int, frame: FrameType | None) -> None:
         for child in children:

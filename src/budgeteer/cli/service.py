@@ -4,6 +4,7 @@ the service's machine; remote callers use the API or :mod:`budgeteer.client`).""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from decimal import Decimal
@@ -19,7 +20,7 @@ from budgeteer.cli import app, fail
 from budgeteer.config import load_config
 from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
-from budgeteer.scheduler import CycleReport, Driver
+from budgeteer.scheduler import CycleReport, Driver, Scheduler
 from budgeteer.service.wiring import Service, build
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import converted, read_job_specs
@@ -105,12 +106,19 @@ def run(
 ) -> None:
     """Run the scheduler loop in the foreground (Ctrl-C stops it: running jobs checkpoint and
     resume on the next start)."""
-    try:
-        svc = _service(config)
-        sched = svc.scheduler()
-    except BudgeteerError as exc:
-        fail(exc)
-        return
+    with contextlib.ExitStack() as stack:
+        try:
+            path = find_config(config)
+            svc = _service(path)
+            stack.enter_context(svc.hardened(path))
+            sched = svc.scheduler()
+        except BudgeteerError as exc:
+            fail(exc)
+            return
+        _run_loop(svc, sched, cycles, until_idle)
+
+
+def _run_loop(svc: Service, sched: Scheduler, cycles: int | None, until_idle: bool) -> None:
     console = Console(stderr=True)
 
     def show(report: CycleReport, seconds: float) -> None:
@@ -274,16 +282,21 @@ def serve_command(
     """Serve the REST API, the dashboard and metrics, and run the scheduler (until SIGTERM)."""
     from budgeteer.service.server import serve  # noqa: PLC0415 - keeps the other commands light
 
-    try:
-        cfg, root = load_config(config)
-        api = cfg.api.model_copy(
-            update={"host": host or cfg.api.host, "port": cfg.api.port if port is None else port}
-        )
-        svc = build(cfg.model_copy(update={"api": api}), root)
-    except BudgeteerError as exc:
-        fail(exc)
-        return
-    serve(svc, api.host, api.port, scheduler=scheduler, workers=workers, config_path=config)
+    with contextlib.ExitStack() as stack:
+        try:
+            cfg, root = load_config(config)
+            api = cfg.api.model_copy(
+                update={
+                    "host": host or cfg.api.host,
+                    "port": cfg.api.port if port is None else port,
+                }
+            )
+            svc = build(cfg.model_copy(update={"api": api}), root)
+            stack.enter_context(svc.hardened(config))
+        except BudgeteerError as exc:
+            fail(exc)
+            return
+        serve(svc, api.host, api.port, scheduler=scheduler, workers=workers, config_path=config)
 
 
 token_app = typer.Typer(

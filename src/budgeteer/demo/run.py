@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from budgeteer.backends.jobuser import SDK_PACKAGES, python_for, resolve_job_user
 from budgeteer.catalog import load_catalog
 from budgeteer.client import Client
 from budgeteer.domain.outcome import AttemptOutcome
@@ -59,9 +60,9 @@ BUDGETS = [
 ]
 
 
-def _train(epochs: int, step_seconds: float) -> list[str]:
+def _train(python: str, epochs: int, step_seconds: float) -> list[str]:
     return [
-        sys.executable,
+        python,
         "-m",
         "budgeteer.examples.train_linear",
         "--epochs",
@@ -74,6 +75,7 @@ def _train(epochs: int, step_seconds: float) -> list[str]:
 
 
 def _job(
+    python: str,
     name: str,
     team: str,
     priority: str,
@@ -92,17 +94,17 @@ def _job(
         "sla": sla,
         "spot": {"allowed": True, "max_preemptions": 1},
         "checkpoint": {"interval_minutes": 2, "restart_overhead_minutes": 2},
-        "command": _train(epochs, step),
+        "command": _train(python, epochs, step),
         **extra,
     }
 
 
-def morning() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+def morning(python: str) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     """The scripted submissions: (team, job spec) pairs and the pipeline."""
     jobs = [
-        ("growth", _job("churn-drift-retrain", "growth", "P0", 0.4, "4h", 40, 0.01)),
-        ("search", _job("search-ranker-nightly", "search", "P1", 0.8, "8h", 70, 0.015)),
-        ("growth", _job("ads-ctr-nightly", "growth", "P1", 0.8, "8h", 70, 0.015)),
+        ("growth", _job(python, "churn-drift-retrain", "growth", "P0", 0.4, "4h", 40, 0.01)),
+        ("search", _job(python, "search-ranker-nightly", "search", "P1", 0.8, "8h", 70, 0.015)),
+        ("growth", _job(python, "ads-ctr-nightly", "growth", "P1", 0.8, "8h", 70, 0.015)),
         (
             "research",
             {
@@ -111,7 +113,7 @@ def morning() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
                 "priority": "P3",
                 "work": {"reference_hours": 60},
                 "sla": "7d",
-                "command": _train(5, 0.0),
+                "command": _train(python, 5, 0.0),
             },
         ),
     ]
@@ -120,6 +122,7 @@ def morning() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
         "name": "fraud",
         "jobs": [
             _job(
+                python,
                 name,
                 "growth",
                 "P2",
@@ -149,6 +152,7 @@ class DemoRun:
     url: str
     admin: str
     process: subprocess.Popen[bytes]
+    python: str  # the interpreter the jobs run (one the jobs' user can reach)
     tokens: dict[str, str] = field(default_factory=dict)
     job_ids: dict[str, str] = field(default_factory=dict)  # name → id
 
@@ -161,6 +165,9 @@ def start(port: int | None, workdir: Path | None = None) -> DemoRun:
     """Write the config and start ``budgeteer serve``; wait until it answers."""
     work = workdir or Path(tempfile.mkdtemp(prefix="budgeteer-demo-"))
     work.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:  # jobs run as an unprivileged user: let it pass to its folder
+        work.chmod(0o711)
+    python = python_for(resolve_job_user(None), work / "job-python", (*SDK_PACKAGES, "numpy"))
     (work / "budgets.yaml").write_text(yaml.safe_dump({"budgets": BUDGETS}))
     port = port or _free_port()
     config = {
@@ -178,7 +185,7 @@ def start(port: int | None, workdir: Path | None = None) -> DemoRun:
             "host": "127.0.0.1",
             "port": port,
             # the demo's jobs run the bundled example trainer, and nothing else
-            "allowed_commands": [[sys.executable, "-m", "budgeteer.examples.train_linear"]],
+            "allowed_commands": [[python, "-m", "budgeteer.examples.train_linear"]],
         },
     }
     (work / "budgeteer.yaml").write_text(yaml.safe_dump(config))
@@ -197,7 +204,7 @@ def start(port: int | None, workdir: Path | None = None) -> DemoRun:
             raise RuntimeError(f"the server exited; see {work / 'serve.log'}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return DemoRun(work, url, admin, process)
+                return DemoRun(work, url, admin, process, python)
         except httpx.TransportError:
             time.sleep(0.1)  # not listening yet
             continue
@@ -211,7 +218,7 @@ def submit(run: DemoRun) -> None:
     with run.client() as admin:
         for team in ("growth", "search", "research"):
             run.tokens[team] = admin.create_token(f"{team} orchestrator", [team])
-    jobs, pipeline = morning()
+    jobs, pipeline = morning(run.python)
     for team, spec in jobs:
         with run.client(team) as c:
             run.job_ids[spec["name"]] = c.submit(spec, idempotency_key=f"demo:{spec['name']}").id

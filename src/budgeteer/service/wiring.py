@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
+from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.market import replay_market
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
 from budgeteer.config import RateMarketConfig, ServiceConfig
 from budgeteer.domain.budget import Budget
 from budgeteer.scheduler import Scheduler
+from budgeteer.service.hardening import protected
 from budgeteer.spec import load_budgets_file
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.files import read_document
@@ -36,6 +39,15 @@ class Service:
     def workdir(self) -> Path:
         """The backend's work folder (checkpoints, logs, the clock anchor, the secret key)."""
         return self._path(self.config.backend.workdir)
+
+    def hardened(self, config_path: Path | None) -> AbstractContextManager[None]:
+        """The block in which the service runs jobs: its files private, jobs' folders
+        reachable (see :mod:`budgeteer.service.hardening`)."""
+        return protected(self.config, config_path, self.workdir(), self.store.url, self.job_user())
+
+    def job_user(self) -> JobUser | None:
+        """The user jobs run as (``None``: this service's own, which is then not root)."""
+        return resolve_job_user(self.config.backend.run_as)
 
     def seed_budgets(self) -> int:
         """Put the config's budgets file into the store where their ids are not there yet (the
@@ -64,7 +76,12 @@ class Service:
         backend_cfg = self.config.backend
         workdir = self.workdir()
         backend = SandboxBackend(
-            self.clock, self._market(), workdir, grace_seconds=backend_cfg.grace_seconds
+            self.clock,
+            self._market(),
+            workdir,
+            grace_seconds=backend_cfg.grace_seconds,
+            run_as=self.job_user(),
+            pass_env=tuple(backend_cfg.pass_env),
         )
         return Scheduler(
             self.store,
