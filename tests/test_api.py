@@ -360,7 +360,7 @@ def test_the_dashboard_renders_what_the_token_may_see(world: World) -> None:
     theirs = world.http.post("/v1/jobs", json=job_spec(team="search"), headers=s).json()["id"]
     assert world.http.get("/").status_code == 401
     page = _Collect()
-    r = world.http.get(f"/login?token={world.growth}")  # the cookie, then the page
+    r = world.http.post("/login", data={"token": world.growth})  # a session, then the page
     assert r.status_code == 200
     page.feed(r.text)
     assert page.budgets == ["growth-monthly"]

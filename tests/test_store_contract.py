@@ -26,6 +26,7 @@ from budgeteer.store import (
     SqlStore,
     Store,
     UnknownJob,
+    WebSession,
 )
 from builders import NOW, make_job
 
@@ -285,6 +286,24 @@ def test_listing_pages_filter_by_team_state_and_tier(store: Store) -> None:
     store.transition("j3", S.QUEUED, at=NOW, cause="test")
     queued = store.list_jobs(JobFilter(states=frozenset({S.QUEUED})))
     assert [j.id for j in queued] == ["j3"]
+
+
+def test_web_sessions_are_kept_by_hash_ended_and_pruned_when_expired(store: Store) -> None:
+    hour = timedelta(hours=1)
+    old = WebSession("token:t1", NOW, NOW + hour)
+    store.add_session("h-old", old)
+    assert store.session("h-old") == old
+    assert store.session("nope") is None
+    admin = WebSession("admin:abc", NOW + hour / 2, NOW + 9 * hour)
+    store.add_session("h-admin", admin)
+    assert store.session("h-old") == old  # not expired yet when this one began
+    store.add_session("h-late", WebSession("token:t2", NOW + 2 * hour, NOW + 3 * hour))
+    assert store.session("h-old") is None  # expired by then: pruned
+    assert store.session("h-admin") == admin
+    store.end_session("h-admin")
+    store.end_session("h-admin")  # again: no-op
+    assert store.session("h-admin") is None
+    assert store.session("h-late") is not None
 
 
 def test_tokens_are_kept_by_hash_and_revoked(store: Store) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from budgeteer.errors import SpecError
 from budgeteer.spec.errors import spec_errors
@@ -84,6 +84,17 @@ class ApiConfig(_Strict):
     #: a token for Prometheus alone (``BUDGETEER_METRICS_TOKEN`` overrides); the admin token
     #: works too
     metrics_token: Annotated[str, Field(min_length=16)] | None = None
+    #: serve HTTPS with this certificate chain and private key (PEM files; both or neither).
+    #: Without them, binding beyond loopback is warned about at start
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            missing = "tls_key" if self.tls_key is None else "tls_cert"
+            raise ValueError(f"{missing} is needed too: TLS takes a certificate and its key")
+        return self
 
 
 class ServiceConfig(_Strict):

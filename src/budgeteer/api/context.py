@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgeteer.catalog import Catalog
-from budgeteer.clock import Clock
+from budgeteer.clock import Clock, SystemClock
 from budgeteer.core import FrontCache, Plan, Policy, Snapshot
 from budgeteer.core.quarantine import plan_isolated
 from budgeteer.ledger.accounting import OnDemandPrices
@@ -49,6 +49,10 @@ class ApiContext:
     webhook_allow_private: bool = False
     #: jobs the scheduler found to raise in planning (not tried again by the API's plans)
     quarantined: Callable[[], Mapping[str, str]] = dict
+    #: time shown to people and login expiry: wall-clock time, whatever ``clock`` is
+    wall_clock: Clock = field(default_factory=SystemClock)
+    #: how long a dashboard login lasts
+    session_hours: float = 12.0
     front_cache: FrontCache = field(init=False, default_factory=FrontCache)
     prices: OnDemandPrices = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)

@@ -3,22 +3,31 @@ build). It shows what the caller's token may see: budgets with burn-down, foreca
 lines, the queue by tier with hold reasons, running jobs with progress and ETA against the
 deadline, recent preemptions, and savings against on-demand.
 
-A browser cannot send a bearer header, so ``/login?token=…`` stores the token in an HttpOnly
-cookie and redirects to ``/``."""
+A browser cannot send a bearer header: the login form opens a server-side session
+(:mod:`budgeteer.api.sessions`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any
+from urllib.parse import parse_qs, urlsplit
 
-from fastapi import APIRouter, Cookie, Header, Query, Request
+from fastapi import APIRouter, Cookie, Header, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, select_autoescape
 
 from budgeteer.api.auth import Principal, authenticate
 from budgeteer.api.deps import Ctx
 from budgeteer.api.problems import Problem
+from budgeteer.api.sessions import (
+    COOKIE,
+    close_session,
+    open_session,
+    session_length,
+    session_principal,
+)
 from budgeteer.api.views import budget_status, job_view
 from budgeteer.clock import Clock, SystemClock
 from budgeteer.domain.job import JobState
@@ -87,22 +96,80 @@ forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_
 </body></html>""")
 
 
-def _who(ctx: Ctx, authorization: str | None, token: str | None) -> Principal:
-    header = authorization or (f"Bearer {token}" if token else None)
+LOGIN = _env.from_string("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>budgeteer — log in</title>
+<style>body{font-family:system-ui,sans-serif;margin:3rem auto;max-width:26rem;color:#222}
+input{width:100%;padding:.4rem;margin:.4rem 0;box-sizing:border-box}
+.err{color:#b00020}</style></head><body>
+<h1>budgeteer</h1>
+{% if message %}<p class="err">{{ message }}</p>{% endif %}
+<form method="post" action="/login">
+<label for="token">API token (team or admin)</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required
+ maxlength="512" autofocus>
+<button type="submit">Log in</button>
+</form></body></html>""")
+
+
+def _login_page(message: str = "", status: int = 200) -> HTMLResponse:
+    return HTMLResponse(LOGIN.render(message=message), status_code=status)
+
+
+def _who(ctx: Ctx, authorization: str | None, session: str | None) -> Principal | None:
+    if authorization:
+        who = authenticate(
+            authorization, lookup=ctx.token, admin_token=ctx.admin_token, secret_key=ctx.secret_key
+        )
+    else:
+        who = session_principal(ctx, session)
+    return None if who is None or who.job_id is not None else who
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    """The login form. A token in the URL is refused (it would land in logs and history)."""
+    if "token" in request.query_params:
+        return _login_page(
+            "A token does not go in the address: it would be kept in logs and browser history. "
+            "Paste it here instead.",
+            400,
+        )
+    return _login_page()
+
+
+@router.post("/login", response_class=HTMLResponse, response_model=None)
+async def login(request: Request, ctx: Ctx) -> Response:
+    """Check the token from the form and open a session (cookie), then go to the dashboard."""
+    origin = request.headers.get("origin")
+    if origin and urlsplit(origin).netloc != request.headers.get("host", ""):
+        return _login_page("This form may only be posted from this site.", 403)
+    body = (await request.body()).decode("utf-8", "replace")
+    token = (parse_qs(body, max_num_fields=8).get("token") or [""])[0].strip()
+    header = f"Bearer {token}" if token and len(token) <= 512 else None
     who = authenticate(
         header, lookup=ctx.token, admin_token=ctx.admin_token, secret_key=ctx.secret_key
     )
     if who is None or who.job_id is not None:
-        raise Problem(401, "log in with /login?token=YOUR_TOKEN or send a bearer token")
-    return who
-
-
-@router.get("/login")
-def login(token: Annotated[str, Query(max_length=512)], ctx: Ctx) -> RedirectResponse:
-    """Keep the token in a cookie for the dashboard."""
-    _who(ctx, None, token)
+        return _login_page("That token is not valid (or was revoked).", 401)
+    session_id = await run_in_threadpool(open_session, ctx, who, token)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie("budgeteer_token", token, httponly=True, samesite="strict")
+    response.set_cookie(
+        COOKIE,
+        session_id,
+        max_age=int(session_length(ctx).total_seconds()),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout(ctx: Ctx, budgeteer_session: Annotated[str | None, Cookie()] = None) -> RedirectResponse:
+    """End the session everywhere and go back to the login form."""
+    close_session(ctx, budgeteer_session)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, httponly=True, samesite="strict")
     return response
 
 
@@ -117,15 +184,19 @@ def as_of(clock: Clock) -> str:
     return f"{wall:%Y-%m-%d %H:%M:%S} UTC (simulated clock: {shown}, {scale:g}× real time)"
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse, response_model=None)
 def dashboard(
     request: Request,
     ctx: Ctx,
     authorization: Annotated[str | None, Header()] = None,
-    budgeteer_token: Annotated[str | None, Cookie()] = None,
-) -> HTMLResponse:
-    """The dashboard page."""
-    who = _who(ctx, authorization, budgeteer_token)
+    budgeteer_session: Annotated[str | None, Cookie()] = None,
+) -> Response:
+    """The dashboard page (a browser without a session goes to the login form)."""
+    who = _who(ctx, authorization, budgeteer_session)
+    if who is None:
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse("/login", status_code=303)
+        raise Problem(401, "log in at /login, or send a bearer token")
     jobs = [j for j in ctx.store.jobs() if who.sees_team(j.team)]
     views = {j.id: job_view(ctx, j) for j in jobs}
     budgets = []

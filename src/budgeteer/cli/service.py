@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from budgeteer.cli import app, fail
-from budgeteer.config import load_config
+from budgeteer.config import ApiConfig, load_config
 from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
 from budgeteer.scheduler import CycleReport, Driver, Scheduler
@@ -278,6 +278,13 @@ def serve_command(
     workers: Annotated[
         int, typer.Option("--workers", min=1, max=64, help="API processes (one leads).")
     ] = 1,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option("--tls-cert", help="PEM certificate chain: serve HTTPS (with --tls-key)."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")
+    ] = None,
 ) -> None:
     """Serve the REST API, the dashboard and metrics, and run the scheduler (until SIGTERM)."""
     from budgeteer.service.server import serve  # noqa: PLC0415 - keeps the other commands light
@@ -285,12 +292,19 @@ def serve_command(
     with contextlib.ExitStack() as stack:
         try:
             cfg, root = load_config(config)
-            api = cfg.api.model_copy(
-                update={
-                    "host": host or cfg.api.host,
-                    "port": cfg.api.port if port is None else port,
+            update: dict[str, object] = {
+                "host": host or cfg.api.host,
+                "port": cfg.api.port if port is None else port,
+            }
+            if tls_cert is not None or tls_key is not None:  # paths from here, not the config's
+                update |= {
+                    "tls_cert": tls_cert and tls_cert.resolve(),
+                    "tls_key": tls_key and tls_key.resolve(),
                 }
-            )
+            try:
+                api = ApiConfig.model_validate({**cfg.api.model_dump(), **update})
+            except ValidationError as exc:
+                raise spec_errors(exc, "serve options") from None
             svc = build(cfg.model_copy(update={"api": api}), root)
             stack.enter_context(svc.hardened(config))
         except BudgeteerError as exc:

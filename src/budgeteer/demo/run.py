@@ -400,7 +400,6 @@ def print_report(console: Console, result: dict[str, Any], run: DemoRun) -> None
         f"ledger {result['ledger_total_usd']} USD = recomputed "
         f"{result['ledger_recomputed_usd']} USD"
     )
-    console.print(f"dashboard: {run.url}/login?token={run.admin}")
 
 
 def stop(run: DemoRun) -> None:
@@ -429,6 +428,7 @@ def main(
         if report_file is not None:
             report_file.write_text(json.dumps(result, indent=2))
         if not exit_after:
+            console.print(f"dashboard: {run.url}/login — log in with the admin token {run.admin}")
             console.print("serving until Ctrl-C")
             run.process.wait()
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ checkpoint, their ends are recorded, and their jobs are queued to resume on the 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -150,7 +151,8 @@ def build_app(
     cfg = svc.config
     workdir = svc.workdir()
     key = secret_key(workdir)
-    public_url = cfg.api.public_url or f"http://{cfg.api.host}:{cfg.api.port}"
+    scheme = "https" if cfg.api.tls_cert else "http"
+    public_url = cfg.api.public_url or f"{scheme}://{cfg.api.host}:{cfg.api.port}"
 
     def job_env(job_id: str) -> dict[str, str]:
         return {"BUDGETEER_API_URL": public_url, "BUDGETEER_JOB_TOKEN": job_token(key, job_id)}
@@ -198,6 +200,16 @@ def build_app(
     return app, holder["loop"]
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: assume it is reachable from elsewhere
+        return False
+
+
 def resolve_admin_token(svc: Service) -> tuple[str, bool]:
     """The admin token (environment, then config) and whether it was made up just now."""
     token = os.environ.get("BUDGETEER_ADMIN_TOKEN") or svc.config.api.admin_token
@@ -226,14 +238,27 @@ def serve(
         print(
             f"admin token (set BUDGETEER_ADMIN_TOKEN to choose one): {admin_token}", file=sys.stderr
         )
+    api = svc.config.api
+    cert = str(svc.path(api.tls_cert)) if api.tls_cert is not None else None
+    key = str(svc.path(api.tls_key)) if api.tls_key is not None else None
+    tls = cert is not None
+    scheme = "https" if tls else "http"
     log.info(
-        "serving on http://%s:%d (dashboard at /, API at /v1, metrics at /metrics)", host, port
+        "serving on %s://%s:%d (dashboard at /, API at /v1, metrics at /metrics)",
+        scheme,
+        host,
+        port,
     )
-    if svc.config.api.run_any_command:
+    if not tls and not is_loopback(host):
         log.warning(
-            "api.run_any_command is on: any team token can run any command as this service's "
-            "user (uid %d); prefer api.allowed_commands",
-            os.getuid(),
+            "serving on %s without TLS: tokens and session cookies cross the network in clear "
+            "text; pass --tls-cert/--tls-key (api.tls_cert/tls_key) or put a TLS proxy in front",
+            host,
+        )
+    if api.run_any_command:
+        log.warning(
+            "api.run_any_command is on: any team token can run any command on this machine "
+            "(as the jobs' user); prefer api.allowed_commands"
         )
     if svc.config.api.metrics_public:
         log.warning(
@@ -256,10 +281,20 @@ def serve(
             workers=workers,
             log_config=None,
             access_log=False,
+            ssl_certfile=cert,
+            ssl_keyfile=key,
         )
         return
     app, _ = build_app(svc, admin_token, scheduler=scheduler)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+    )
     uvicorn.Server(config).run()
 
 

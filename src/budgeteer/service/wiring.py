@@ -38,7 +38,7 @@ class Service:
 
     def workdir(self) -> Path:
         """The backend's work folder (checkpoints, logs, the clock anchor, the secret key)."""
-        return self._path(self.config.backend.workdir)
+        return self.path(self.config.backend.workdir)
 
     def hardened(self, config_path: Path | None) -> AbstractContextManager[None]:
         """The block in which the service runs jobs: its files private, jobs' folders
@@ -54,7 +54,7 @@ class Service:
         store's copy is the one the API shows and changes). Returns how many were added."""
         if self.config.budgets is None:
             return 0
-        path = self._path(self.config.budgets)
+        path = self.path(self.config.budgets)
         doc = read_document(path) or {}
         known = {s.get("id") for s in self.store.budget_specs()}
         added = 0
@@ -93,7 +93,8 @@ class Service:
             job_env=job_env,
         )
 
-    def _path(self, p: Path) -> Path:
+    def path(self, p: Path) -> Path:
+        """``p`` resolved against the config's folder."""
         return p if p.is_absolute() else self.root / p
 
     def _market(self) -> SandboxMarket:
@@ -101,10 +102,10 @@ class Service:
         origin = self.clock.now()
         if isinstance(market, RateMarketConfig):
             return RateMarket(origin, market.seed, market.mean_outage_hours)
-        trace = load_trace(self._path(market.trace))
+        trace = load_trace(self.path(market.trace))
         prices = trace.prices
         if market.prices is not None:
-            prices = load_price_series(self._path(market.prices), market.price_key)[0]
+            prices = load_price_series(self.path(market.prices), market.price_key)[0]
         return replay_market(
             trace.available, trace.gap_seconds, origin, source=f"trace:{trace.name}", prices=prices
         )

@@ -14,6 +14,7 @@ from budgeteer.store.base import (
     Submission,
     UnknownJob,
     WebhookDelivery,
+    WebSession,
 )
 from budgeteer.store.memory import MemoryStore
 from budgeteer.store.sql import SqlStore
@@ -32,5 +33,6 @@ __all__ = [
     "Store",
     "Submission",
     "UnknownJob",
+    "WebSession",
     "WebhookDelivery",
 ]

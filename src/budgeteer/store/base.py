@@ -102,6 +102,17 @@ class ApiToken:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSession:
+    """A dashboard login (server side; the browser holds only a random id, stored here as its
+    hash): whose credential it stands for — ``admin:<hash of the admin token>`` or
+    ``token:<token id>`` — and until when (wall-clock time)."""
+
+    credential: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressReport:
     """One progress report of a job (``step``, ``total_steps``, ``loss``… as sent)."""
 
@@ -248,6 +259,19 @@ class Store(Protocol):
 
     def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
         """Revoke a token (again: no-op); :class:`NotFound` for an unknown id."""
+        ...
+
+    def add_session(self, session_hash: str, session: WebSession) -> None:
+        """Keep a dashboard session under the hash of its id, and drop the sessions that had
+        expired by ``session.created_at``."""
+        ...
+
+    def session(self, session_hash: str) -> WebSession | None:
+        """The session whose id hashes to ``session_hash`` (expired ones too), or ``None``."""
+        ...
+
+    def end_session(self, session_hash: str) -> None:
+        """Forget a session (a logout); no-op when it is not there."""
         ...
 
     def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:

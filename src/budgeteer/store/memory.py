@@ -25,6 +25,7 @@ from budgeteer.store.base import (
     Submission,
     UnknownJob,
     WebhookDelivery,
+    WebSession,
 )
 
 
@@ -42,6 +43,7 @@ class MemoryStore:
         self._ledger: dict[tuple[int, datetime], LedgerEntry] = {}
         self._cancel: set[str] = set()
         self._tokens: dict[str, tuple[ApiToken, str]] = {}
+        self._sessions: dict[str, WebSession] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -270,6 +272,23 @@ class MemoryStore:
                 token = dataclasses.replace(token, revoked_at=at)
                 self._tokens[token_id] = (token, token_hash)
             return token
+
+    def add_session(self, session_hash: str, session: WebSession) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            for key in [k for k, s in self._sessions.items() if s.expires_at <= session.created_at]:
+                del self._sessions[key]
+            self._sessions[session_hash] = session
+
+    def session(self, session_hash: str) -> WebSession | None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return self._sessions.get(session_hash)
+
+    def end_session(self, session_hash: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            self._sessions.pop(session_hash, None)
 
     def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -158,6 +158,15 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", UtcDateTime),
 )
 
+web_sessions = sa.Table(
+    "web_sessions",
+    metadata,
+    sa.Column("session_hash", sa.String(128), primary_key=True),
+    sa.Column("credential", sa.String(255), nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
+)
+
 webhook_deliveries = sa.Table(
     "webhook_deliveries",
     metadata,

@@ -22,6 +22,7 @@ from budgeteer.store.base import (
     ProgressReport,
     UnknownJob,
     WebhookDelivery,
+    WebSession,
 )
 from budgeteer.store.codec import job_from_dict
 from budgeteer.store.sql_support import token_row, webhook_row
@@ -100,6 +101,33 @@ class ServiceTables:
         if row is None:
             raise NotFound(f"no token {token_id!r}")
         return token_row(row)
+
+    def add_session(self, session_hash: str, session: WebSession) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        s = t.web_sessions
+        with self._tx() as conn:
+            conn.execute(s.delete().where(s.c.expires_at <= session.created_at))
+            conn.execute(
+                s.insert().values(
+                    session_hash=session_hash,
+                    credential=session.credential,
+                    created_at=session.created_at,
+                    expires_at=session.expires_at,
+                )
+            )
+
+    def session(self, session_hash: str) -> WebSession | None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        s = t.web_sessions
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(s).where(s.c.session_hash == session_hash)).first()
+        return None if row is None else WebSession(row.credential, row.created_at, row.expires_at)
+
+    def end_session(self, session_hash: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        s = t.web_sessions
+        with self._tx() as conn:
+            conn.execute(s.delete().where(s.c.session_hash == session_hash))
 
     def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
