@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -70,3 +71,39 @@ class ManualClock:
     def sleep(self, seconds: float) -> None:
         """Advance instead of waiting."""
         self.advance(max(0.0, seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedTime:
+    """What people need to read times of an accelerated clock: how fast it runs, what it reads
+    and what the wall clock reads at the same moment."""
+
+    scale: float
+    clock_now: datetime
+    wall_now: datetime
+
+    def sentence(self) -> str:
+        """One line for messages and pages."""
+        return (
+            f"times are the service's simulated clock ({self.scale:g}× real time): it reads "
+            f"{self.clock_now:%Y-%m-%d %H:%M:%S} UTC while the wall clock reads "
+            f"{self.wall_now:%Y-%m-%d %H:%M:%S} UTC"
+        )
+
+    def as_json(self) -> dict[str, object]:
+        """For API answers (``clock``)."""
+        return {
+            "simulated": True,
+            "scale": self.scale,
+            "clock_now": self.clock_now.isoformat(),
+            "wall_now": self.wall_now.isoformat(),
+        }
+
+
+def simulated_time(clock: Clock, wall: Clock | None = None) -> SimulatedTime | None:
+    """The labels for ``clock`` when it is accelerated (a time-scaled sandbox), else ``None``
+    (its times are wall-clock times and need no label)."""
+    scale = float(getattr(clock, "scale", 1.0))
+    if scale == 1.0:
+        return None
+    return SimulatedTime(scale, clock.now(), (wall or SystemClock()).now())

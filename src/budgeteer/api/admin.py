@@ -51,7 +51,7 @@ def make_token(store: Store, request: TokenRequest, now: datetime) -> tuple[ApiT
 @router.post("/tokens", status_code=201)
 def create_token(request: Annotated[TokenRequest, Body()], ctx: Ctx, who: Admin) -> dict[str, Any]:
     """Create a team token; the secret is in this answer only (it is stored as a hash)."""
-    token, secret = make_token(ctx.store, request, ctx.clock.now())
+    token, secret = make_token(ctx.store, request, ctx.wall_clock.now())
     return {**_token(token), "token": secret}
 
 
@@ -64,7 +64,7 @@ def list_tokens(ctx: Ctx, who: Admin) -> dict[str, Any]:
 @router.post("/tokens/{token_id}/revoke")
 def revoke_token(token_id: str, ctx: Ctx, who: Admin) -> dict[str, Any]:
     """Revoke a token: it stops working at once."""
-    revoked = ctx.store.revoke_token(token_id, at=ctx.clock.now())
+    revoked = ctx.store.revoke_token(token_id, at=ctx.wall_clock.now())
     ctx.forget_tokens()
     return _token(revoked)
 

@@ -29,7 +29,7 @@ from budgeteer.api.sessions import (
     session_principal,
 )
 from budgeteer.api.views import budget_status, job_view
-from budgeteer.clock import Clock, SystemClock
+from budgeteer.clock import Clock, simulated_time
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 
@@ -176,12 +176,14 @@ def logout(ctx: Ctx, budgeteer_session: Annotated[str | None, Cookie()] = None) 
 def as_of(clock: Clock) -> str:
     """When the page was made, for people: wall-clock time; where the service runs on an
     accelerated clock (the sandbox's ``time_scale``), its time is shown beside it, labelled."""
-    scale = float(getattr(clock, "scale", 1.0))
-    shown = f"{clock.now():%Y-%m-%d %H:%M:%S} UTC"
-    if scale == 1.0:
-        return shown
-    wall = SystemClock().now()
-    return f"{wall:%Y-%m-%d %H:%M:%S} UTC (simulated clock: {shown}, {scale:g}× real time)"
+    simulated = simulated_time(clock)
+    if simulated is None:
+        return f"{clock.now():%Y-%m-%d %H:%M:%S} UTC"
+    shown = f"{simulated.clock_now:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"{simulated.wall_now:%Y-%m-%d %H:%M:%S} UTC "
+        f"(simulated clock: {shown}, {simulated.scale:g}× real time)"
+    )
 
 
 @router.get("/", response_class=HTMLResponse, response_model=None)

@@ -15,11 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from budgeteer.addresses import private_literal
 from budgeteer.api.deps import Caller, Ctx, Person
-from budgeteer.api.problems import Problem
+from budgeteer.api.problems import Problem, spec_problem
 from budgeteer.api.views import explain, job_view, links
+from budgeteer.clock import simulated_time
 from budgeteer.commands import command_allowed
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.tier import Tier
+from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.intake import submit_specs
 from budgeteer.spec.job import JobSpec
 from budgeteer.store import JobFilter, Submission, UnknownJob
@@ -89,19 +91,26 @@ def _submit(
     idempotency key is scoped to the caller's credential and bound to the body it came with. A
     replay is flagged in ``Idempotent-Replayed``."""
     _check_runnable(ctx, specs, single)
-    result = submit_specs(
-        ctx.store,
-        specs,
-        now=ctx.clock.now(),
-        known_accelerators=list(ctx.catalog.throughput),
-        first_seq=ctx.next_seq,
-        ids=ids,
-        existing=existing,
-        idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
-        request_hash=_hash(body.model_dump(mode="json")),
-        single=single,
-        require_command=ctx.require_command,
-    )
+    try:
+        result = submit_specs(
+            ctx.store,
+            specs,
+            now=ctx.clock.now(),
+            known_accelerators=list(ctx.catalog.throughput),
+            first_seq=ctx.next_seq,
+            ids=ids,
+            existing=existing,
+            idempotency_key=f"{who.key}:{idempotency_key}" if idempotency_key else None,
+            request_hash=_hash(body.model_dump(mode="json")),
+            single=single,
+            require_command=ctx.require_command,
+        )
+    except (SpecError, SpecErrors) as exc:
+        problem = spec_problem(exc)
+        simulated = simulated_time(ctx.clock, ctx.wall_clock)
+        if simulated is not None:  # "not after 07:27" at 06:28 wall time needs saying why
+            problem.detail += f" ({simulated.sentence()})"
+        raise problem from None
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result
@@ -290,8 +299,14 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
 
 @router.get("/jobs/{job_id}")
 def get_job(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
-    """State, placement, market history, progress, ETA, cost, deadline risk, hold reason."""
-    return job_view(ctx, _visible(ctx, who, job_id))
+    """State, placement, market history, progress, ETA, cost, deadline risk, hold reason
+    (and ``clock`` when the service runs an accelerated clock: its times are simulated)."""
+    return _label_clock(ctx, job_view(ctx, _visible(ctx, who, job_id)))
+
+
+def _label_clock(ctx: Ctx, answer: dict[str, Any]) -> dict[str, Any]:
+    simulated = simulated_time(ctx.clock, ctx.wall_clock)
+    return answer if simulated is None else {**answer, "clock": simulated.as_json()}
 
 
 @router.post("/jobs/{job_id}/cancel", status_code=202)
@@ -306,19 +321,22 @@ def cancel_job(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
 def job_events(job_id: str, ctx: Ctx, who: Person) -> dict[str, Any]:
     """The job's lifecycle events, in order, each with its cause."""
     job = _visible(ctx, who, job_id)
-    return {
-        "id": job.id,
-        "events": [
-            {
-                "seq": e.seq,
-                "at": e.at.isoformat(),
-                "from": e.from_state.value if e.from_state else None,
-                "to": e.to_state.value,
-                "cause": e.cause,
-            }
-            for e in ctx.store.events(job.id)
-        ],
-    }
+    return _label_clock(
+        ctx,
+        {
+            "id": job.id,
+            "events": [
+                {
+                    "seq": e.seq,
+                    "at": e.at.isoformat(),
+                    "from": e.from_state.value if e.from_state else None,
+                    "to": e.to_state.value,
+                    "cause": e.cause,
+                }
+                for e in ctx.store.events(job.id)
+            ],
+        },
+    )
 
 
 @router.get("/jobs/{job_id}/explain")

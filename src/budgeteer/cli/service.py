@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from budgeteer.cli import app, fail
+from budgeteer.clock import SystemClock
 from budgeteer.config import ApiConfig, load_config
 from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
@@ -335,7 +336,7 @@ def token_create(
         return
     try:
         svc = _service(config)
-        token, secret = make_token(svc.store, request, svc.clock.now())
+        token, secret = make_token(svc.store, request, SystemClock().now())  # wall clock: a record
     except BudgeteerError as exc:
         fail(exc)
         return
@@ -369,7 +370,7 @@ def token_revoke(token_id: str, config: ConfigOption = None) -> None:
     """Revoke a token (at once on this store; a running service's cache forgets it within 2 s)."""
     try:
         svc = _service(config)
-        token = svc.store.revoke_token(token_id, at=svc.clock.now())
+        token = svc.store.revoke_token(token_id, at=SystemClock().now())
     except BudgeteerError as exc:
         fail(exc)
         return

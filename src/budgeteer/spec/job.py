@@ -374,7 +374,8 @@ def _deadline(spec: JobSpec, now: datetime, p: str, source: str | None) -> datet
     if spec.deadline is not None and spec.deadline <= now:
         raise SpecError(
             f"{p}deadline",
-            f"is in the past ({spec.deadline.isoformat()} is not after {now.isoformat()})",
+            f"is in the past: {spec.deadline.isoformat()} is not after the scheduler's current "
+            f"time {now.isoformat()}",
             source,
         )
     if spec.deadline is not None and spec.deadline - now > MAX_HORIZON:
