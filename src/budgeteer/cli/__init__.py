@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperOption
 
 from budgeteer.errors import BudgeteerError, SpecErrors
 
@@ -21,6 +23,20 @@ bench_app = typer.Typer(help="Benchmarks that print measured tables or JSON.", n
 app.add_typer(bench_app, name="bench")
 
 err_console = Console(stderr=True)
+
+
+def _flags_without_a_type() -> None:
+    """Typer 0.29's help shows ``<bool>`` after every flag (``--json <bool>``), which reads as
+    if the flag took a value; a flag's row shows no type, as in click's own help."""
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_a_type()
 
 
 def fail(exc: BudgeteerError) -> None:

@@ -20,8 +20,13 @@ from budgeteer.errors import BudgeteerError, SpecError
 def simulate_command(
     scenario: Path,
     policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated: default, on-demand-fifo, …")
-    ] = "default,on-demand-fifo,spot-greedy-fifo,priority-quota",
+        str,
+        typer.Option(
+            "--policies",
+            help="Comma-separated, or all: default, on-demand-fifo, spot-greedy-fifo, "
+            "priority-quota.",
+        ),
+    ] = "all",
     seed: Annotated[int | None, typer.Option("--seed", help="Overrides the scenario's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     report: Annotated[
@@ -33,7 +38,11 @@ def simulate_command(
     from budgeteer.sim.policies import POLICY_NAMES  # noqa: PLC0415
     from budgeteer.sim.scenario import build, load_scenario  # noqa: PLC0415
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    names = (
+        list(POLICY_NAMES)
+        if policies.strip() == "all"
+        else [p.strip() for p in policies.split(",") if p.strip()]
+    )
     unknown = [n for n in names if n not in POLICY_NAMES]
     try:
         if unknown or not names:
