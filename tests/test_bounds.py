@@ -6,6 +6,7 @@ body that is not readable JSON."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -170,3 +171,27 @@ def test_the_dashboard_shows_wall_clock_time_and_labels_a_simulated_clock(world:
     assert "60× real time" in page
     wall = SystemClock().now()
     assert f"{wall:%Y-%m-%d}" in page.split("simulated clock:")[0]  # today's date first
+
+
+def test_the_dashboard_shows_money_to_the_cent_and_times_for_people(world: World) -> None:
+    admin = world.auth(ADMIN)
+    world.http.post(
+        "/v1/budgets",
+        json={"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": 2000},
+        headers=admin,
+    )
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
+    for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING):
+        world.store.transition(job_id, state, at=world.clock.now(), cause="test")
+    bill(world, job_id, "1234.567891")
+    page = world.http.get("/", headers=admin).text
+    assert "of $2,000.00" in page
+    assert "accrued $1,234.57" in page  # rounded to the cent on the page …
+    assert "1234.567891" not in page
+    exact = world.http.get(f"/v1/jobs/{job_id}", headers=g).json()["cost"]["accrued_usd"]
+    assert exact.startswith("1234.567891")  # … exact in the API
+    assert re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", page) is None  # no raw ISO microseconds
+    deadline = world.store.job(job_id).deadline
+    assert deadline is not None
+    assert f"{deadline:%Y-%m-%d %H:%M} UTC" in page

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import pytest
@@ -50,15 +51,16 @@ def test_submit_run_status_ledger(home: Path) -> None:
     assert "running" in events.stdout
     ledger = budgeteer("ledger", "--config", cfg, "--job", "hello")
     assert ledger.returncode == 0
-    total = float(ledger.stdout.strip().splitlines()[-1].split()[1])
-    assert total > 0
+    total = ledger.stdout.strip().splitlines()[-1].split()[1]  # to the cent
     rows = [line for line in ledger.stdout.splitlines() if "hello" in line]
     assert len(rows) == 1  # one row per attempt by default, numbered within the job
     assert "│ 1 " in rows[0]
     detail = budgeteer("ledger", "--config", cfg, "--job", "hello", "--detail")
     stretches = [line for line in detail.stdout.splitlines() if "hello" in line]
     assert len(stretches) >= len(rows)
-    assert float(detail.stdout.strip().splitlines()[-1].split()[1]) == total
+    exact = Decimal(detail.stdout.strip().splitlines()[-1].split()[1])  # exact in --detail
+    assert exact > 0
+    assert total == f"{exact.quantize(Decimal('0.01'), ROUND_HALF_EVEN):,}"
 
 
 def test_cancel_a_pending_job(home: Path) -> None:

@@ -30,11 +30,16 @@ from budgeteer.api.sessions import (
 )
 from budgeteer.api.views import budget_status, job_view
 from budgeteer.clock import Clock, simulated_time
+from budgeteer.display import usd, when
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 
 router = APIRouter(include_in_schema=False)
 _env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+
+
+_env.filters["usd"] = usd
+_env.filters["when"] = when
 
 PAGE = _env.from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>budgeteer</title>
@@ -59,8 +64,9 @@ td,th{padding:.25rem .5rem;border-bottom:1px solid #eee;text-align:left}
 <h2>Budgets</h2>
 {% for b in budgets %}
 <section class="budget" data-budget="{{ b.id }}">
-<h3>{{ b.id }} — accrued ${{ b.accrued_usd }}, committed ${{ b.committed_usd }},
-forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_usd }}
+<h3>{{ b.id }} — accrued ${{ b.accrued_usd | usd }}, committed ${{ b.committed_usd | usd }},
+forecast ${{ b.forecast_usd | usd }},
+remaining ${{ b.remaining_usd | usd }} of ${{ b.limit_usd | usd }}
 {% if b.over %}<span class="risk badge">forecast over the limit</span>{% endif %}</h3>
 {{ b.svg | safe }}
 {% if b.held_jobs %}<p>holding: {{ b.held_jobs | join(", ") }}</p>{% endif %}
@@ -77,21 +83,21 @@ forecast ${{ b.forecast_usd }}, remaining ${{ b.remaining_usd }} of ${{ b.limit_
 {% for j in running %}<tr data-job="{{ j.id }}"><td>{{ j.id }}</td>
 <td>{{ j.where }}</td>
 <td><span class="bar"><span style="width:{{ j.pct }}%"></span></span> {{ j.pct }}%</td>
-<td class="{{ 'risk' if j.deadline_risk else 'ok' }}">{{ j.eta or "—" }}</td>
-<td>{{ j.deadline or "—" }}</td><td class="num">${{ j.cost.accrued_usd }}</td></tr>
+<td class="{{ 'risk' if j.deadline_risk else 'ok' }}">{{ j.eta | when }}</td>
+<td>{{ j.deadline | when }}</td><td class="num">${{ j.cost.accrued_usd | usd }}</td></tr>
 {% else %}<tr><td colspan="6">nothing running</td></tr>{% endfor %}</table>
 <h2>Recent preemptions</h2>
 <table id="preemptions"><tr><th>job</th><th>offering</th><th>ended</th><th>reason</th></tr>
 {% for a in preemptions %}<tr><td>{{ a.job_id }}</td><td>{{ a.offering_id }}</td>
-<td>{{ a.ended_at }}</td><td>{{ a.exit_reason }}</td></tr>
+<td>{{ a.ended_at | when }}</td><td>{{ a.exit_reason }}</td></tr>
 {% else %}<tr><td colspan="4">none</td></tr>{% endfor %}</table>
 <h2>Finished</h2>
 <table id="finished"><tr><th>job</th><th>state</th><th>why</th><th>markets</th>
 <th class="num">cost</th><th class="num">on-demand equivalent</th></tr>
 {% for j in finished %}<tr data-job="{{ j.id }}"><td>{{ j.id }}</td><td>{{ j.state }}</td>
 <td>{{ j.ended_why or "" }}</td>
-<td>{{ j.market_history | join(" → ") }}</td><td class="num">${{ j.cost.accrued_usd }}</td>
-<td class="num">${{ j.cost.on_demand_equivalent_usd }}</td></tr>
+<td>{{ j.market_history | join(" → ") }}</td><td class="num">${{ j.cost.accrued_usd | usd }}</td>
+<td class="num">${{ j.cost.on_demand_equivalent_usd | usd }}</td></tr>
 {% else %}<tr><td colspan="6">none yet</td></tr>{% endfor %}</table>
 </body></html>""")
 
@@ -243,9 +249,9 @@ def dashboard(
     html = PAGE.render(
         now=as_of(ctx.clock),
         totals={
-            "accrued": f"{accrued:.2f}",
-            "on_demand": f"{od:.2f}",
-            "savings": f"{od - accrued:.2f}",
+            "accrued": usd(accrued),
+            "on_demand": usd(od),
+            "savings": usd(od - accrued),
         },
         budgets=budgets,
         queue=queue,

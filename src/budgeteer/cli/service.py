@@ -19,6 +19,7 @@ from rich.table import Table
 from budgeteer.cli import app, fail
 from budgeteer.clock import SystemClock
 from budgeteer.config import ApiConfig, load_config
+from budgeteer.display import usd, when
 from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
 from budgeteer.scheduler import CycleReport, Driver, Scheduler
@@ -163,7 +164,7 @@ def status(
             for e in svc.store.events(job):
                 table.add_row(
                     str(e.seq),
-                    e.at.isoformat(timespec="seconds"),
+                    when(e.at),
                     e.from_state.value if e.from_state else "",
                     e.to_state.value,
                     e.cause,
@@ -181,7 +182,7 @@ def status(
                 j.tier.name,
                 j.state.value,
                 str(len(svc.store.attempts(j.id))),
-                f"{cost:.2f}",
+                usd(cost),
             )
         console.print(table)
     except BudgeteerError as exc:
@@ -211,7 +212,11 @@ def cancel(job: str, config: ConfigOption = None) -> None:
 def ledger(
     job: Annotated[str | None, typer.Option("--job", help="Only this job's spend.")] = None,
     detail: Annotated[
-        bool, typer.Option("--detail", help="One row per stretch at one price, with its source.")
+        bool,
+        typer.Option(
+            "--detail",
+            help="One row per stretch at one price, with its source and exact amount.",
+        ),
     ] = False,
     config: ConfigOption = None,
 ) -> None:
@@ -254,12 +259,13 @@ def ledger(
                 str(a.number),
                 a.offering_id,
                 str(a.instances),
-                a.started_at.isoformat(timespec="seconds"),
+                when(a.started_at),
                 f"{(end - a.started_at).total_seconds() / 3600:.2f}",
-                f"{amount:.6f}",
+                usd(amount),
             )
     Console().print(table)
-    typer.echo(f"total: {sum((e.amount_usd for e in entries), Decimal(0)):.6f} USD")
+    total = sum((e.amount_usd for e in entries), Decimal(0))
+    typer.echo(f"total: {total} USD" if detail else f"total: {usd(total)} USD")
 
 
 @app.command("serve")

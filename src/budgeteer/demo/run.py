@@ -42,6 +42,7 @@ from rich.table import Table
 from budgeteer.backends.jobuser import SDK_PACKAGES, python_for, resolve_job_user
 from budgeteer.catalog import load_catalog
 from budgeteer.client import Client
+from budgeteer.display import usd, when
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import SqlStore
 
@@ -228,7 +229,10 @@ def submit(run: DemoRun) -> None:
 
 
 def _table(views: dict[str, dict[str, Any]]) -> Table:
-    table = Table(title=f"budgeteer demo — market at {TIME_SCALE}× (a 4 h SLA passes in 2 min)")
+    table = Table(
+        title=f"budgeteer demo — market at {TIME_SCALE}× (a 4 h SLA passes in 2 min); "
+        "ETA and deadline on the sandbox's simulated clock"
+    )
     for col in ("job", "tier", "state", "market", "progress", "ETA", "deadline", "cost $"):
         table.add_column(col)
     for name, v in views.items():
@@ -240,9 +244,9 @@ def _table(views: dict[str, dict[str, Any]]) -> Table:
             v["state"],
             " → ".join(v["market_history"]),
             pct,
-            (v.get("eta") or "")[11:16],
-            (v.get("deadline") or "")[11:16],
-            v["cost"]["accrued_usd"][:7],
+            when(v.get("eta")),
+            when(v.get("deadline")),
+            usd(v["cost"]["accrued_usd"]),
         )
     return table
 
@@ -372,12 +376,12 @@ def print_report(console: Console, result: dict[str, Any], run: DemoRun) -> None
             j["placement"] or "—",
             " → ".join(j["market_history"]) or "—",
             str(j["preemptions"]),
-            j["cost_usd"][:8],
-            j["on_demand_equivalent_usd"][:8],
-            j["savings_usd"][:8],
+            usd(j["cost_usd"]),
+            usd(j["on_demand_equivalent_usd"]),
+            usd(j["savings_usd"]),
             "yes"
             if j["deadline_met"]
-            else ("held: " + (j["hold_reason"] or ""))[:60]
+            else "held: " + (j["hold_reason"] or "")  # whole: the table wraps it
             if j["state"] == "held"
             else "no",
         )
@@ -388,10 +392,10 @@ def print_report(console: Console, result: dict[str, Any], run: DemoRun) -> None
     for name, b in result["budgets"].items():
         budgets.add_row(
             name,
-            b["limit_usd"][:10],
-            b["accrued_usd"][:10],
-            b["committed_usd"][:10],
-            b["remaining_usd"][:10],
+            usd(b["limit_usd"]),
+            usd(b["accrued_usd"]),
+            usd(b["committed_usd"]),
+            usd(b["remaining_usd"]),
         )
     console.print(budgets)
     for check, passed in result["checks"].items():
