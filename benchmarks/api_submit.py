@@ -127,6 +127,7 @@ def measure(
     """One store: start, warm up, measure, stop."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        work.chmod(0o711)  # under root the jobs' user passes through it to its folder
         proc, url = serve(url_for, work, scheduler)
         try:
             r = httpx.post(
