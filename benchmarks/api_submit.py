@@ -2,7 +2,9 @@
 
 Starts a real ``budgeteer serve`` process (uvicorn, the scheduler loop running beside the API,
 as in production) on a fresh store, then N concurrent async clients (httpx) each submit their
-share of jobs with their own idempotency keys, through a team token. Prints jobs/s and latency
+share of jobs with their own idempotency keys, through a team token, over keep-alive
+connections (a minimal HTTP/1.1 client: the load generator shares the machine, so it must cost
+little). Prints jobs/s and latency
 percentiles per store; nothing is asserted. PostgreSQL runs when ``BUDGETEER_BENCH_POSTGRES_URL``
 names a server (``.ci/run`` style: ``postgresql+psycopg://postgres@127.0.0.1:PORT/postgres``).
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -98,24 +101,65 @@ def spec(i: int) -> dict[str, object]:
     }
 
 
+class _Connection:
+    """A minimal HTTP/1.1 keep-alive client over one socket (asyncio streams): what a load
+    generator written in C (wrk, hey) spends per request, rather than an HTTP library's
+    milliseconds, so that on a small machine the server, not the load generator, is measured.
+    Latency is still taken around each whole request."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.writer.write(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+            ).encode()
+            + body
+        )
+        status_line = await self.reader.readline()
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        payload = await self.reader.readexactly(length)
+        return int(status_line.split()[1]), payload
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            await self.writer.wait_closed()
+
+
 async def run_clients(url: str, token: str, clients: int, jobs: int) -> list[float]:
-    """Submit ``jobs`` in all from ``clients`` concurrent clients; per-request latencies."""
+    """Submit ``jobs`` in all from ``clients`` concurrent keep-alive connections; per-request
+    latencies."""
     latencies: list[float] = []
     per_client = jobs // clients
+    host, port = url.removeprefix("http://").split(":")
 
     async def client(c: int) -> None:
-        limits = httpx.Limits(max_connections=1)
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
-            headers = {"Authorization": f"Bearer {token}"}
+        conn = _Connection(host, int(port))
+        try:
             for k in range(per_client):
                 i = c * per_client + k
+                body = json.dumps(spec(i)).encode()
+                headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"b{i}"}
                 t0 = time.perf_counter()
-                r = await http.post(
-                    "/v1/jobs", json=spec(i), headers={**headers, "Idempotency-Key": f"b{i}"}
-                )
+                status, payload = await conn.post("/v1/jobs", body, headers)
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code != 201:
-                    raise RuntimeError(f"{r.status_code}: {r.text}")
+                if status != 201:
+                    raise RuntimeError(f"{status}: {payload[:300]!r}")
+        finally:
+            await conn.close()
 
     await asyncio.gather(*(client(c) for c in range(clients)))
     return latencies

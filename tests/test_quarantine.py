@@ -249,3 +249,17 @@ def test_any_spec_the_schema_accepts_is_planned_held_or_quarantined(doc: dict[st
     if hold is not None and hold.reason is HoldReason.INVALID:
         without = plan_cycle(make_snapshot(OTHERS, OFFERINGS, budgets=budgets))
         assert _decisions(plan, "x") == _decisions(without, "x")
+
+
+def test_the_loop_rests_in_proportion_to_its_cycles(world: World) -> None:
+    driver = Driver(world.sched, LocalLeaderLock(), interval_seconds=60, min_gap_seconds=0.5)
+    assert driver.gap_seconds() == 0.5  # no cycle yet
+    driver.last_cycle_seconds = 0.1
+    assert driver.gap_seconds() == 0.5  # short cycles: the minimum gap
+    driver.last_cycle_seconds = 2.0
+    assert driver.gap_seconds() == 4.0  # a long cycle: twice its length, the API the rest
+    driver.last_cycle_seconds = 120.0
+    assert driver.gap_seconds() == 60.0  # never past the interval
+    assert driver.step()
+    assert driver.last_cycle_seconds > 0  # measured by a real cycle
+    driver.close()

@@ -3,12 +3,14 @@
 
 It waits for leadership (a second replica on the same PostgreSQL waits), then runs cycles on
 the interval and sooner on events (:meth:`~budgeteer.scheduler.cycle.Scheduler.wait_for_event`),
-at least ``min_gap_seconds`` of real time apart (a burst of submissions is planned in one cycle
-instead of starving the API of CPU). A cycle that raises is logged and tried again a second
-later — a transient store error (a database restart) costs retries, not the process. On stop
-(``stopping`` set, Ctrl-C, the cycle budget spent, or idle with ``until_idle``) every live
-attempt gets the notice and checkpoints, its end is recorded and its job resumes on the next
-start; then leadership is released.
+at least ``min_gap_seconds`` of real time apart — and at least twice as long as the last cycle
+took, so that under a burst of submissions the loop keeps to about a third of the process's CPU
+and the API the rest (a burst is planned in a few large cycles, not many small ones).
+A cycle that raises is logged and tried again a second later — a transient store error (a
+database restart) costs retries, not the process. On stop (``stopping`` set, Ctrl-C, the
+cycle budget spent, or idle with ``until_idle``) every live attempt gets the notice and
+checkpoints, its end is recorded and its job resumes on the next start; then leadership is
+released.
 
 ``last_success`` (monotonic seconds) is when the last cycle succeeded: ``/readyz`` reads it.
 """
@@ -27,6 +29,8 @@ from budgeteer.store.leader import LeaderLock
 
 log = logging.getLogger("budgeteer.scheduler")
 #: Real seconds to wait before trying again after a failed cycle, or for leadership.
+#: Rest after a cycle, in multiples of its duration (see the module docstring).
+CYCLE_SHARE_FACTOR = 2.0
 RETRY_SECONDS = 1.0
 #: ``ready`` allows at least this many real seconds since the last successful cycle.
 STALE_FLOOR_SECONDS = 15.0
@@ -50,6 +54,7 @@ class Driver:
         self.lock = lock
         self.interval = interval_seconds  # clock seconds
         self.min_gap = min_gap_seconds
+        self.last_cycle_seconds = 0.0  # how long the last successful cycle took (real)
         self.on_report = on_report  # each successful cycle's report and its real duration
         self.stopping = stopping or threading.Event()
         self.leading = False
@@ -135,6 +140,7 @@ class Driver:
             self.stopping.wait(RETRY_SECONDS)
             return False
         self.last_success = time.monotonic()
+        self.last_cycle_seconds = time.perf_counter() - started
         self.last_error = None
         if self.on_report is not None:
             self.on_report(report, time.perf_counter() - started)
@@ -158,13 +164,20 @@ class Driver:
     def _wait(self) -> None:
         """Until the interval passes, an event happens, or we are asked to stop — but at least
         ``min_gap_seconds`` of real time after a cycle."""
-        self.stopping.wait(self.min_gap)
+        self.stopping.wait(self.gap_seconds())
         waited = 0.0
         slice_seconds = min(self.interval, 1.0 * float(getattr(self.sched.clock, "scale", 1.0)))
         while waited < self.interval and not self.stopping.is_set():
             if self.sched.wait_for_event(slice_seconds):
                 return
             waited += slice_seconds
+
+    def gap_seconds(self) -> float:
+        """Real seconds to rest after a cycle: ``min_gap_seconds``, or
+        ``CYCLE_SHARE_FACTOR`` × the last cycle's duration when that is longer, never more
+        than the interval."""
+        busy = CYCLE_SHARE_FACTOR * self.last_cycle_seconds
+        return min(max(self.min_gap, busy), max(self.min_gap, self.real_interval_seconds()))
 
     def close(self) -> None:
         """Shut down gracefully (running attempts checkpoint and resume on the next start)
