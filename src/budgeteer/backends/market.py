@@ -294,3 +294,19 @@ class MarketPrices:
     ) -> list[tuple[datetime, datetime, Decimal, str]]:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         return self.market.segments(offering, start, end)
+
+
+class CatalogPrices:
+    """The pricing half of the ``ComputeBackend`` port for engines that bill at the catalog's
+    price of each offering (a Slurm or Ray cluster's nodes: on-prem amortised or the cloud's
+    list price), one price throughout an attempt."""
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return _catalog_price(offering)
+
+    def price_segments(
+        self, offering: Offering, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime, Decimal, str]]:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        return _one_segment(offering, start, end)
