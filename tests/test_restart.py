@@ -42,7 +42,13 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path, job_python: str) -> Non
             "team": "t",
             "work": {"reference_hours": 0.01},
             "spot": {"allowed": False},
-            "command": [job_python, str(SCRIPT), *ARGS, "--out", "model.npy"],
+            "command": [
+                job_python,
+                str(SCRIPT),
+                *ARGS,
+                "--out",  # in the job's own folder: writable whoever the job runs as
+                str(tmp_path / "work" / "checkpoints" / f"job{i}" / "model.npy"),
+            ],
         }
         for i in range(3)
     ]

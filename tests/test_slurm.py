@@ -111,8 +111,7 @@ def test_a_job_runs_once_per_node_with_its_environment(
     status = _settle(backend, handle)
     assert (status.state, status.exit_code) == (RunState.SUCCEEDED, 0)
     assert status.started_at is not None
-    ck = str(tmp_path / "ckpt")
-    expected = f"2 4 job-1 on_demand False {ck}"
+    expected = f"2 4 job-1 on_demand False {os.getcwd()}"  # sbatch's folder, as in Slurm
     assert {f.name: f.read_text() for f in out.iterdir()} == {"0": expected, "1": expected}
 
 

@@ -78,7 +78,7 @@ def test_https_with_a_secure_session_cookie(tmp_path: Path) -> None:
     port = _port()
     proc = _serve(tmp_path, "--port", str(port), "--tls-cert", "cert.pem", "--tls-key", "key.pem")
     try:
-        log = _log_until(proc, "Application startup complete")
+        log = _log_until(proc, "Uvicorn running on")
         assert f"serving on https://127.0.0.1:{port}" in log
         trust = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
         with httpx.Client(verify=trust, timeout=10) as http:
@@ -102,14 +102,14 @@ def test_binding_beyond_loopback_without_tls_is_warned_and_half_tls_refused(
 ) -> None:
     proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(_port()))
     try:
-        log = _log_until(proc, "Application startup complete")
+        log = _log_until(proc, "Uvicorn running on")
         assert "without TLS" in log
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     loopback = _serve(tmp_path, "--port", str(_port()))
     try:
-        log = _log_until(loopback, "Application startup complete")
+        log = _log_until(loopback, "Uvicorn running on")
         assert "without TLS" not in log
     finally:
         loopback.terminate()

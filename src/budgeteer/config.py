@@ -55,6 +55,30 @@ class SandboxConfig(_Strict):
     )
 
 
+class SlurmPlacementConfig(_Strict):
+    """Where one offering runs on the Slurm cluster."""
+
+    partition: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
+    constraint: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    gres: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
+class SlurmConfig(_Strict):
+    """An existing Slurm cluster (``budgeteer.backends.slurm``): each attempt an sbatch job.
+    ``placements`` maps the catalog offerings the cluster provides to partitions; the planner
+    considers only those. ``slurm_conf`` names the cluster's slurm.conf (default: the machine's
+    Slurm configuration, or ``SLURM_CONF``). Times are real: there is no time scale."""
+
+    kind: Literal["slurm"]
+    workdir: Path = Path(".budgeteer")
+    grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    slurm_conf: Path | None = None
+    placements: Annotated[dict[str, SlurmPlacementConfig], Field(min_length=1, max_length=4096)]
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, max_length=256
+    )
+
+
 class ApiConfig(_Strict):
     """``budgeteer serve``: where the API listens and who may use it.
 
@@ -103,7 +127,9 @@ class ServiceConfig(_Strict):
     store: str = "sqlite:///budgeteer.db"
     catalog: Path | None = None
     budgets: Path | None = None
-    backend: SandboxConfig = Field(default_factory=SandboxConfig)
+    backend: Annotated[SandboxConfig | SlurmConfig, Field(discriminator="kind")] = Field(
+        default_factory=SandboxConfig
+    )
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     api: ApiConfig = Field(default_factory=ApiConfig)
 
@@ -116,10 +142,10 @@ def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
     if not isinstance(doc, dict):
         raise SpecError("(root)", "expected a mapping", str(path))
     if "backend" in doc and isinstance(doc["backend"], dict):
-        kind = doc["backend"].get("kind", "sandbox")
-        if kind != "sandbox":
+        kind = doc["backend"].setdefault("kind", "sandbox")
+        if kind not in {"sandbox", "slurm"}:
             raise SpecError(
-                "backend.kind", f"unknown backend {kind!r}; available: sandbox", str(path)
+                "backend.kind", f"unknown backend {kind!r}; available: sandbox, slurm", str(path)
             )
     try:
         return ServiceConfig.model_validate(doc), path.parent

@@ -281,7 +281,9 @@ class SandboxBackend(MarketPrices):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=req.checkpoint_dir,  # the job's own folder is its working folder
+                # as another user, its own folder (it may not act in the service's); else the
+                # service's working folder, where relative paths of a spec were written from
+                cwd=req.checkpoint_dir if self.run_as is not None else None,
             )
         a.pid = a.process.pid
         a.started_at = now

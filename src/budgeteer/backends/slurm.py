@@ -154,7 +154,6 @@ class SlurmBackend(CatalogPrices):
             "--no-requeue",
             "--open-mode=append",
             f"--output={log}",
-            f"--chdir={request.checkpoint_dir}",
             "--export=NONE",
         ]
         if placement.constraint:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -10,12 +11,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
+from budgeteer.backends.base import ComputeBackend
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.market import replay_market
+from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
-from budgeteer.config import RateMarketConfig, ServiceConfig
+from budgeteer.config import RateMarketConfig, SandboxConfig, ServiceConfig, SlurmConfig
 from budgeteer.domain.budget import Budget
+from budgeteer.errors import SpecError
 from budgeteer.scheduler import Scheduler
 from budgeteer.service.hardening import protected
 from budgeteer.spec import load_budgets_file
@@ -47,7 +51,10 @@ class Service:
 
     def job_user(self) -> JobUser | None:
         """The user jobs run as (``None``: this service's own, which is then not root)."""
-        return resolve_job_user(self.config.backend.run_as)
+        backend = self.config.backend
+        if isinstance(backend, SlurmConfig):
+            return None  # Slurm runs a job as the user who submitted it
+        return resolve_job_user(backend.run_as)
 
     def seed_budgets(self) -> int:
         """Put the config's budgets file into the store where their ids are not there yet (the
@@ -71,34 +78,66 @@ class Service:
         *,
         fixed_budgets: bool = True,
     ) -> Scheduler:
-        """A scheduler over the configured sandbox backend; with ``fixed_budgets`` False it
-        reads budgets only from the store (where ``seed_budgets`` put the file's)."""
+        """A scheduler over the configured backend; with ``fixed_budgets`` False it reads
+        budgets only from the store (where ``seed_budgets`` put the file's). On an engine the
+        planner sees only the offerings the engine provides (its placements)."""
         backend_cfg = self.config.backend
         workdir = self.workdir()
-        backend = SandboxBackend(
-            self.clock,
-            self._market(),
-            workdir,
-            grace_seconds=backend_cfg.grace_seconds,
-            run_as=self.job_user(),
-            pass_env=tuple(backend_cfg.pass_env),
-        )
+        catalog = self.catalog
+        backend: ComputeBackend
+        if isinstance(backend_cfg, SlurmConfig):
+            backend, catalog = self._slurm(backend_cfg, workdir)
+        else:
+            backend = SandboxBackend(
+                self.clock,
+                self._market(),
+                workdir,
+                grace_seconds=backend_cfg.grace_seconds,
+                run_as=self.job_user(),
+                pass_env=tuple(backend_cfg.pass_env),
+            )
         return Scheduler(
             self.store,
             backend,
-            self.catalog,
+            catalog,
             self.clock,
             workdir / "checkpoints",
             budgets=self.budgets if fixed_budgets else (),
             job_env=job_env,
         )
 
+    def _slurm(self, cfg: SlurmConfig, workdir: Path) -> tuple[SlurmBackend, Catalog]:
+        known = {o.id for o in self.catalog.offerings}
+        unknown = sorted(set(cfg.placements) - known)
+        if unknown:
+            raise SpecError(
+                f"backend.placements.{unknown[0]}",
+                f"no such offering in the catalog ({self.catalog.source})",
+            )
+        environ = dict(os.environ)
+        if cfg.slurm_conf is not None:
+            environ["SLURM_CONF"] = str(self.path(cfg.slurm_conf))
+        placements = {
+            offering: SlurmPlacement(p.partition, p.constraint, p.gres)
+            for offering, p in cfg.placements.items()
+        }
+        backend = SlurmBackend(
+            self.clock,
+            workdir,
+            placements,
+            grace_seconds=cfg.grace_seconds,
+            pass_env=tuple(cfg.pass_env),
+            environ=environ,
+        )
+        offerings = tuple(o for o in self.catalog.offerings if o.id in placements)
+        return backend, dataclasses.replace(self.catalog, offerings=offerings)
+
     def path(self, p: Path) -> Path:
         """``p`` resolved against the config's folder."""
         return p if p.is_absolute() else self.root / p
 
     def _market(self) -> SandboxMarket:
-        market = self.config.backend.market
+        market = self.config.backend.market  # type: ignore[union-attr]
         origin = self.clock.now()
         if isinstance(market, RateMarketConfig):
             return RateMarket(origin, market.seed, market.mean_outage_hours)
@@ -133,7 +172,7 @@ def build(config: ServiceConfig, root: Path) -> Service:
 def _clock(config: ServiceConfig, root: Path) -> SystemClock:
     """The service clock; a scaled one keeps its anchor in the work folder so that every
     process of this service (and every restart) shares one timeline."""
-    scale = config.backend.time_scale
+    scale = config.backend.time_scale if isinstance(config.backend, SandboxConfig) else 1.0
     if scale == 1.0:
         return SystemClock()
     workdir = config.backend.workdir
