@@ -3,22 +3,30 @@ partitions ``spot`` and ``ondemand``). Under ``CI=true`` a missing Slurm is a fa
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.base import Handle, Status
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _exit_code
 from budgeteer.clock import ManualClock
+from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
+from budgeteer.store import SqlStore
 from builders import make_offering
 from slurm_cluster import LocalSlurm, available
+from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
 PY = sys.executable
@@ -212,3 +220,174 @@ def test_a_restarted_scheduler_re_attaches_instead_of_launching_again(
     kept = third.adopt(request)
     assert kept is not None
     assert third.status(kept).state is RunState.SUCCEEDED
+
+
+def test_budgeteer_run_on_slurm_from_a_config(cluster: LocalSlurm, tmp_path: Path) -> None:
+    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
+    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    cfg = tmp_path / "budgeteer.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "store": "sqlite:///state.db",
+                "interval_seconds": 1,
+                "backend": {
+                    "kind": "slurm",
+                    "workdir": "work",
+                    "slurm_conf": str(cluster.conf),
+                    "placements": {spot: {"partition": "spot"}, od: {"partition": "ondemand"}},
+                },
+            }
+        )
+    )
+    jobs = tmp_path / "jobs.yaml"
+    out = tmp_path / "trained"
+    jobs.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "retrain",
+                    "team": "t",
+                    "resources": {"accelerators": ["V100"]},
+                    "work": {"reference_hours": 0.01},
+                    "command": [PY, "-c", f"open({str(out)!r}, 'w').write('ok')"],
+                }
+            ]
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
+    run = subprocess.run(
+        [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle", "--cycles", "600"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "launched retrain" in run.stderr
+    assert out.read_text() == "ok"
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert store.job("retrain").state is JobState.SUCCEEDED
+        (attempt,) = store.attempts("retrain")
+        assert attempt.backend == "slurm"
+        assert attempt.offering_id in {spot, od}
+        entries = store.ledger("retrain")
+        assert entries
+        assert all(e.price_source for e in entries)
+    finally:
+        store.close()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {"backend": {"kind": "slurm", "placements": {"no/such/offering": {"partition": "x"}}}}
+        )
+    )
+    refused = budgeteer("run", "--config", str(bad), "--cycles", "1")
+    assert refused.returncode == 2
+    assert "backend.placements.no/such/offering" in refused.stderr
+
+
+def test_preempted_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """The scheduler's loop on the Slurm backend: the job starts on the spot partition, its node
+    is taken away, it checkpoints on the notice, resumes from the checkpoint on the on-demand
+    partition, and ends with exactly the model of an uninterrupted run; every dollar is an
+    attempt × its price."""
+    import numpy as np  # noqa: PLC0415
+
+    from budgeteer.catalog import load_catalog  # noqa: PLC0415
+    from budgeteer.clock import SystemClock  # noqa: PLC0415
+    from budgeteer.scheduler import Driver, Scheduler  # noqa: PLC0415
+    from budgeteer.spec.job import JobSpec, jobs_from_specs  # noqa: PLC0415
+    from budgeteer.store.leader import LocalLeaderLock  # noqa: PLC0415
+
+    script = Path(__file__).parents[1] / "examples" / "train_linear.py"
+    args = ["--epochs", "30", "--step-seconds", "0.02"]
+    baseline = tmp_path / "baseline.npy"
+    subprocess.run(
+        [PY, str(script), *args, "--out", str(baseline)],
+        check=True,
+        timeout=120,
+        env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
+    )
+    spot_id = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
+    od_id = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    full = load_catalog()
+    catalog = dataclasses.replace(
+        full, offerings=tuple(o for o in full.offerings if o.id in {spot_id, od_id})
+    )
+    clock = SystemClock()
+    backend = SlurmBackend(
+        clock,
+        tmp_path / "work",
+        {spot_id: SlurmPlacement("spot"), od_id: SlurmPlacement("ondemand")},
+        grace_seconds=30,
+        environ=cluster.env,
+    )
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    sched = Scheduler(store, backend, catalog, clock, tmp_path / "work" / "checkpoints")
+    model = tmp_path / "model.npy"
+    spec = JobSpec.model_validate(
+        {
+            "name": "retrain",
+            "team": "t",
+            "resources": {"accelerators": ["V100"]},
+            "work": {"reference_hours": 0.05},
+            "sla": "2h",
+            "spot": {"allowed": True, "max_preemptions": 1},
+            "checkpoint": {"interval_minutes": 1, "restart_overhead_minutes": 1},
+            "command": [PY, str(script), *args, "--out", str(model)],
+        }
+    )
+    (job,) = jobs_from_specs([spec], now=clock.now(), known_accelerators=list(catalog.throughput))
+    store.submit([job], at=clock.now())
+    driver = Driver(sched, LocalLeaderLock(), interval_seconds=1, min_gap_seconds=0.2)
+    ck = tmp_path / "work" / "checkpoints" / job.id
+    try:
+        end = time.monotonic() + 240
+        preempted = False
+        while time.monotonic() < end and not store.job(job.id).state.is_terminal:
+            assert driver.step(), driver.last_error
+            attempts = store.attempts(job.id)
+            if (
+                not preempted
+                and attempts
+                and attempts[0].market == "spot"
+                and (ck / "LATEST").exists()
+            ):
+                node = next(j["nodes"] for j in cluster.jobs() if j["name"] == f"bgt.{job.id}.1")
+                cluster.down(str(node))  # the spot instance is taken back mid-training
+                preempted = True
+            time.sleep(0.2)
+        assert store.job(job.id).state is JobState.SUCCEEDED, store.events(job.id)
+        first, second = store.attempts(job.id)
+        assert first.market == "spot"
+        assert first.outcome is not None
+        assert first.outcome.value == "preempted"
+        assert second.market == "on_demand"
+        # resumed, not restarted: the second attempt's first report is past epoch 0
+        progress = [json.loads(line) for line in (ck / "progress.jsonl").read_text().splitlines()]
+        epochs = [p["epoch"] for p in progress]
+        assert epochs == sorted(epochs)  # never back to the start
+        assert len(set(epochs)) == len(epochs)
+        assert np.array_equal(np.load(baseline), np.load(model))  # the same model
+        total = sum((e.amount_usd for e in store.ledger(job.id)), Decimal(0))
+        recomputed = Decimal(0)
+        for a in (first, second):
+            price, _ = backend.price(
+                next(o for o in catalog.offerings if o.id == a.offering_id), a.started_at
+            )
+            assert a.ended_at is not None
+            hours = Decimal(str((a.ended_at - a.started_at).total_seconds())) / Decimal(3600)
+            recomputed += price * a.instances * hours
+        assert abs(total - recomputed) < Decimal("0.01")  # to the cent
+    finally:
+        driver.close()
+        store.close()
+        for n, state in cluster.node_states().items():
+            if state.startswith(("down", "drain")):
+                cluster.resume(n)
