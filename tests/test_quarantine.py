@@ -263,3 +263,21 @@ def test_the_loop_rests_in_proportion_to_its_cycles(world: World) -> None:
     assert driver.step()
     assert driver.last_cycle_seconds > 0  # measured by a real cycle
     driver.close()
+
+
+def test_a_leader_keeps_leading_without_waiting_or_saying_it_waits(world: World) -> None:
+    said: list[str] = []
+    driver = Driver(world.sched, LocalLeaderLock(), interval_seconds=60, say=said.append)
+    waits: list[float] = []
+    original = driver.stopping.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(timeout or 0.0)
+        return original(0)
+
+    driver.stopping.wait = wait  # type: ignore[method-assign]
+    for _ in range(3):
+        assert driver.step()
+    assert said == ["leading"]  # not "another scheduler is the leader" while it leads
+    assert waits == []  # and no retry pause between its own cycles
+    driver.close()

@@ -1,4 +1,4 @@
-"""The Slurm backend against a real local Slurm (``slurm_cluster.py``: slurmctld + two slurmd,
+"""The Slurm backend against a real local Slurm (``budgeteer.backends.slurm_local``: slurmctld + two slurmd,
 partitions ``spot`` and ``ondemand``). Under ``CI=true`` a missing Slurm is a failure."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import yaml
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.base import Handle, Status
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _exit_code
+from budgeteer.backends.slurm_local import LocalSlurm, available
 from budgeteer.clock import ManualClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.store import SqlStore
 from builders import make_offering
-from slurm_cluster import LocalSlurm, available
 from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)

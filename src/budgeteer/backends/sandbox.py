@@ -274,9 +274,12 @@ class SandboxBackend(MarketPrices):
         shim += ["--instances", str(req.instances)]
         if self.run_as is not None:
             shim += ["--user", self.run_as.spec()]
+        command = list(req.command)
+        if self.run_as is not None and "/" in command[0]:  # it starts elsewhere: pin the path
+            command[0] = os.path.abspath(command[0])
         with open(a.log_path, "ab") as log:
             a.process = subprocess.Popen(
-                [*shim, "--", *req.command],
+                [*shim, "--", *command],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -117,7 +117,7 @@ class Driver:
             self.sched.forget_live()
         if self.leading and not was:
             self.say("leading")
-        else:
+        elif not self.leading:
             if not self._said_waiting:
                 self.say("another scheduler is the leader; waiting")
                 self._said_waiting = True

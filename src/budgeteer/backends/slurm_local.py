@@ -1,16 +1,26 @@
-"""A real Slurm on this machine for the tests: slurmctld and two slurmd (nodes ``n1``, ``n2``)
-in a short temporary folder on free ports, ``auth/none``; partitions ``spot`` (preemptible) and
-``ondemand``. Settings and traps: ``../shared/notes/slurm-local.md``. Every command has a hard
-timeout; ``stop`` cancels every job, waits for an empty queue, then stops each slurmd and last
-slurmctld (the other order leaves slurmstepd retrying)."""
+"""A real Slurm on this machine, to try the Slurm backend and to test it: slurmctld and two
+slurmd (nodes ``n1``, ``n2``) in a short temporary folder on free ports, ``auth/none``;
+partitions ``spot`` (preemptible) and ``ondemand``. Not a production install: it runs as root
+with no authentication.
+
+``python -m budgeteer.backends.slurm_local up`` starts one and prints the ``SLURM_CONF`` to
+export; ``… down DIR`` stops it (``scripts/slurm-local.sh`` wraps both). The tests use
+:class:`LocalSlurm` directly. Every command has a hard timeout; ``stop`` cancels every job,
+waits for an empty queue, then stops each slurmd and last slurmctld (the other order leaves
+slurmstepd retrying). Settings and traps measured on this machine: Slurm 22.05 accepts
+``auth/none``; a requeued job waits ``cred_expire`` + 1 s; ``squeue --json`` ignores ``-j``; keep
+the folder short (slurmd's socket path has a 108-character limit)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,7 +59,7 @@ KillWait={kill_wait}
 MinJobAge=600
 NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port={p1} CPUs=1 RealMemory=1000
 NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port={p2} CPUs=1 RealMemory=1000
-PartitionName=spot Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=spot Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=ondemand Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 """
 
@@ -70,8 +80,8 @@ def _port() -> int:
 class LocalSlurm:
     """Start with :meth:`start`, stop with :meth:`stop` (see the module docstring)."""
 
-    def __init__(self, kill_wait: int = 10) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="bs", dir="/tmp"))  # short: socket paths
+    def __init__(self, kill_wait: int = 10, folder: Path | None = None) -> None:
+        self.dir = folder or Path(tempfile.mkdtemp(prefix="bs", dir="/tmp"))  # short: sockets
         self.dir.chmod(0o755)
         self.conf = self.dir / "slurm.conf"
         self.kill_wait = kill_wait
@@ -93,10 +103,17 @@ class LocalSlurm:
         return self
 
     def _daemon(self, argv: list[str]) -> None:
-        log = open(self.dir / "log" / f"{argv[0]}-{len(self.daemons)}.out", "wb")  # noqa: SIM115
-        self.daemons.append(
-            subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        )
+        with open(self.dir / "log" / f"{argv[0]}-{len(self.daemons)}.out", "wb") as log:
+            self.daemons.append(
+                subprocess.Popen(
+                    argv,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # outlives `up` when run from the command line
+                )
+            )
+        (self.dir / "run" / "daemons").write_text(" ".join(str(d.pid) for d in self.daemons))
 
     def run(self, *argv: str) -> str:
         """A Slurm client command against this cluster; its output."""
@@ -155,3 +172,39 @@ class LocalSlurm:
 
 
 _LIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+
+
+def _down(folder: Path) -> None:
+    """Stop the cluster started by ``up`` in ``folder`` (by the pids it recorded)."""
+    cluster = LocalSlurm(folder=folder)
+    with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+        cluster.run("scancel", "--full", "--user", "root")
+    pids = [int(p) for p in (folder / "run" / "daemons").read_text().split()]
+    for pid in [*pids[1:], *pids[:1]]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    """``up`` | ``down FOLDER``."""
+    if argv == ["up"]:
+        cluster = LocalSlurm().start()
+        print(f"export SLURM_CONF={cluster.conf}")
+        print(f"# stop with: python -m budgeteer.backends.slurm_local down {cluster.dir}")
+        return 0
+    if len(argv) == 2 and argv[0] == "down":
+        _down(Path(argv[1]))
+        return 0
+    print("usage: python -m budgeteer.backends.slurm_local up | down FOLDER", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
