@@ -391,3 +391,93 @@ def test_preempted_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
         for n, state in cluster.node_states().items():
             if state.startswith(("down", "drain")):
                 cluster.resume(n)
+
+
+def _slurm_config(tmp_path: Path, cluster: LocalSlurm) -> Path:
+    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
+    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    cfg = tmp_path / "sigkill.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "store": "sqlite:///sigkill.db",
+                "interval_seconds": 1,
+                "backend": {
+                    "kind": "slurm",
+                    "workdir": "work-sigkill",
+                    "slurm_conf": str(cluster.conf),
+                    "placements": {spot: {"partition": "spot"}, od: {"partition": "ondemand"}},
+                },
+            }
+        )
+    )
+    return cfg
+
+
+def test_a_sigkilled_run_re_attaches_to_the_running_slurm_job(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    cfg = _slurm_config(tmp_path, cluster)
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "long",
+                    "team": "t",
+                    "resources": {"accelerators": ["V100"]},
+                    "work": {"reference_hours": 0.01},
+                    "spot": {"allowed": False},
+                    "command": [PY, "-c", "import time; time.sleep(8)"],
+                }
+            ]
+        )
+    )
+    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
+    first = subprocess.Popen(
+        [PY, "-m", "budgeteer", "run", "--config", str(cfg)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert first.stderr is not None
+    try:
+        for line in first.stderr:
+            if line.startswith("launched long"):
+                break
+    finally:
+        first.kill()  # SIGKILL: no goodbye, the Slurm job keeps running
+        first.wait(timeout=30)
+        first.stderr.close()
+    assert [j["name"] for j in cluster.jobs()].count("bgt.long.1") == 1
+    second = subprocess.run(
+        [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle", "--cycles", "600"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert second.returncode == 0, second.stderr
+    assert "re-attached long" in second.stderr
+    assert "launched long" not in second.stderr  # never a second launch
+    names = [j["name"] for j in cluster.jobs()]
+    assert names.count("bgt.long.1") == 1
+    assert "bgt.long.2" not in names
+    store = SqlStore(f"sqlite:///{tmp_path / 'sigkill.db'}")
+    try:
+        assert store.job("long").state is JobState.SUCCEEDED
+        assert len(store.attempts("long")) == 1
+    finally:
+        store.close()
+
+
+def test_the_example_slurm_config_plans_on_its_placements(tmp_path: Path) -> None:
+    from budgeteer.config import load_config  # noqa: PLC0415
+    from budgeteer.service.wiring import build  # noqa: PLC0415
+
+    example = Path(__file__).parents[1] / "examples" / "slurm.yaml"
+    cfg, root = load_config(example)
+    cfg = cfg.model_copy(update={"store": f"sqlite:///{tmp_path / 'example.db'}"})
+    sched = build(cfg, root).scheduler()
+    assert sched.backend.name == "slurm"
+    placed = set(cfg.backend.placements)  # type: ignore[union-attr]
+    assert {o.id for o in sched.catalog.offerings} == placed
