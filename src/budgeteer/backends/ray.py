@@ -1,0 +1,277 @@
+"""The ``ray`` backend: each attempt is a Ray job on an existing Ray cluster (``ray[default]``,
+the optional extra ``budgeteer[ray]``).
+
+An attempt is submitted with Ray's ``JobSubmissionClient`` (the cluster's dashboard address):
+the command as the entrypoint, ``submission_id`` ``bgt-<job>-<attempt>`` (a restarted
+scheduler re-attaches by it, and a second submission of the same attempt is impossible), its
+environment as the runtime env's ``env_vars`` (built like the sandbox's: the service's own
+environment stays with the service), and ``entrypoint_resources`` naming the custom resource of
+its offering (``placements``: offering id → resource, e.g. nodes started with ``--resources
+'{"budgeteer-spot": 1}'``), so the entrypoint runs on a node of that kind.
+
+Status from ``get_job_info``: ``PENDING`` → provisioning, ``RUNNING`` → running, ``SUCCEEDED``,
+``STOPPED`` (budgeteer's ``stop``: ``stop_job`` sends SIGTERM, Ray kills after its own wait), and
+``FAILED`` — a failure whose message says the job's node died (how a spot node taken away shows
+in Ray) is ``preempted``; any other is ``failed`` with the entrypoint's exit code.
+
+Not yet: attempts on several nodes (placement groups), the graceful drain path (``ray
+drain-node --reason DRAIN_NODE_REASON_PREEMPTION``), capacity from the cluster's nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from budgeteer.backends.base import (
+    Capabilities,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+    Status,
+)
+from budgeteer.backends.jobuser import job_environment
+from budgeteer.backends.market import CatalogPrices
+from budgeteer.clock import Clock
+from budgeteer.errors import BudgeteerError
+
+#: Words of a failed job's message that mean its node went away, not that the job failed.
+_NODE_DIED = re.compile(r"node (has )?died|NodeDiedError|node .* (was )?(preempted|removed)", re.I)
+
+
+class RayUnavailable(BudgeteerError):
+    """The Ray cluster did not answer (transient)."""
+
+    transient = True
+
+
+@dataclass
+class _Attempt:
+    handle: Handle
+    notice_reason: str | None = None
+    final: Status | None = None
+
+
+class RayBackend(CatalogPrices):
+    """Attempts as Ray jobs (see the module docstring)."""
+
+    name = "ray"
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=False)
+
+    def __init__(
+        self,
+        clock: Clock,
+        address: str,
+        placements: Mapping[str, str],
+        *,
+        pass_env: tuple[str, ...] = (),
+        client: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.address = address
+        self.placements = dict(placements)
+        self.pass_env = pass_env
+        self._client_factory = client or _job_client
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._attempts: dict[str, _Attempt] = {}
+
+    # -- the port -------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Handle:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        resource = self._check(request)
+        sid = _submission_id(request)
+        env = job_environment(
+            os.environ,
+            self.pass_env,
+            {
+                **request.env,
+                "BUDGETEER_JOB_ID": request.job_id,
+                "BUDGETEER_ATTEMPT": str(request.attempt),
+                "BUDGETEER_CHECKPOINT_DIR": str(request.checkpoint_dir),
+                "BUDGETEER_PROGRESS_FILE": str(request.checkpoint_dir / "progress.jsonl"),
+                "BUDGETEER_MARKET": request.offering.market.value,
+                "BUDGETEER_OFFERING": request.offering.id,
+                "BUDGETEER_WORKERS": str(request.workers),
+                "BUDGETEER_NODE_RANK": "0",
+                "BUDGETEER_NUM_NODES": "1",
+            },
+        )
+        try:
+            self._jobs().submit_job(
+                entrypoint=shlex.join(request.command),
+                submission_id=sid,
+                runtime_env={"env_vars": env},
+                entrypoint_resources={resource: 1},
+                entrypoint_num_cpus=0,
+                metadata={"budgeteer_job": request.job_id, "attempt": str(request.attempt)},
+            )
+        except RuntimeError as exc:
+            raise LaunchFailed(f"Ray refused the job {sid}: {str(exc)[:300]}") from None
+        except (ConnectionError, OSError) as exc:
+            raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
+        handle = Handle(
+            self.name,
+            sid,
+            request.job_id,
+            request.attempt,
+            request.offering.id,
+            (f"ray-{sid}",),
+            self.clock.now(),
+        )
+        with self._lock:
+            self._attempts[sid] = _Attempt(handle)
+        return handle
+
+    def adopt(self, request: LaunchRequest) -> Handle | None:
+        """Re-attach by submission id; ``None`` when the cluster has no such job."""
+        sid = _submission_id(request)
+        info = self._info(sid)
+        if info is None:
+            return None
+        started = _time(getattr(info, "start_time", None)) or self.clock.now()
+        handle = Handle(
+            self.name,
+            sid,
+            request.job_id,
+            request.attempt,
+            request.offering.id,
+            (f"ray-{sid}",),
+            started,
+        )
+        with self._lock:
+            self._attempts[sid] = _Attempt(handle)
+        return handle
+
+    def status(self, handle: Handle) -> Status:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        with self._lock:
+            attempt = self._attempts[handle.id]
+            if attempt.final is not None:
+                return attempt.final
+        info = self._info(handle.id)
+        if info is None:
+            status = Status(RunState.PREEMPTED, None, f"lost: Ray no longer knows {handle.id}")
+        else:
+            status = _status(info, attempt.notice_reason)
+        if status.state.is_final:
+            with self._lock:
+                attempt.final = status
+        return status
+
+    def stop(self, handle: Handle, reason: str) -> None:
+        """The notice: Ray's ``stop_job`` (SIGTERM to the entrypoint; Ray kills it after its
+        own wait, ``RAY_JOB_STOP_WAIT_TIME_S``)."""
+        with self._lock:
+            attempt = self._attempts[handle.id]
+            if attempt.final is not None or attempt.notice_reason is not None:
+                return
+            attempt.notice_reason = reason
+        try:
+            self._jobs().stop_job(handle.id)
+        except RuntimeError:
+            return  # it ended meanwhile
+        except (ConnectionError, OSError) as exc:
+            raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
+
+    def live(self) -> list[Handle]:
+        """Attempts that have not ended."""
+        with self._lock:
+            handles = [a.handle for a in self._attempts.values() if a.final is None]
+        return [h for h in handles if not self.status(h).state.is_final]
+
+    def poll(self) -> None:
+        """Nothing to advance: Ray runs the jobs."""
+
+    # -- internals ------------------------------------------------------------------------
+    def _check(self, request: LaunchRequest) -> str:
+        if request.instances != 1:
+            raise LaunchFailed(
+                f"the Ray backend runs one-node attempts only; {request.instances} asked for"
+            )
+        if not request.command:
+            raise LaunchFailed("empty command")
+        resource = self.placements.get(request.offering.id)
+        if resource is None:
+            raise LaunchFailed(
+                f"offering {request.offering.id!r} has no Ray placement "
+                "(backend.placements in the config)"
+            )
+        try:
+            request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LaunchFailed(
+                f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
+            ) from None
+        return resource
+
+    def _jobs(self) -> Any:
+        if self._client is None:
+            try:
+                self._client = self._client_factory(self.address)
+            except (ConnectionError, OSError, RuntimeError) as exc:
+                raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
+        return self._client
+
+    def _info(self, sid: str) -> Any:
+        try:
+            return self._jobs().get_job_info(sid)
+        except RuntimeError as exc:
+            if "404" in str(exc) or "does not exist" in str(exc):
+                return None
+            raise RayUnavailable(f"Ray at {self.address}: {str(exc)[:300]}") from None
+        except (ConnectionError, OSError) as exc:
+            raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
+
+
+def _job_client(address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient  # noqa: PLC0415 - an optional extra
+
+    return JobSubmissionClient(address)
+
+
+def _submission_id(request: LaunchRequest) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", request.job_id)
+    return f"bgt-{safe}-{request.attempt}"
+
+
+def _time(ms: object) -> datetime | None:
+    if not isinstance(ms, int) or ms <= 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _status(info: Any, notice_reason: str | None) -> Status:
+    state = str(getattr(info.status, "value", info.status))
+    started, ended = _time(info.start_time), _time(info.end_time)
+    code = info.driver_exit_code
+    message = str(info.message or "")
+    if state == "PENDING":
+        return Status(RunState.PROVISIONING)
+    if state == "RUNNING":
+        return Status(RunState.RUNNING, started_at=started)
+    if state == "SUCCEEDED":
+        return Status(RunState.SUCCEEDED, 0, "exited 0", started, ended)
+    if state == "STOPPED":
+        return Status(
+            RunState.STOPPED, code, notice_reason or "stopped on the cluster", started, ended
+        )
+    if _NODE_DIED.search(message):
+        first = message.splitlines()[0] if message else "node died"
+        return Status(RunState.PREEMPTED, code, f"node lost: {first[:200]}", started, ended)
+    if notice_reason is not None:
+        return Status(RunState.STOPPED, code, notice_reason, started, ended)
+    return Status(
+        RunState.FAILED,
+        code,
+        f"exited {code}" if code is not None else message[:200],
+        started,
+        ended,
+    )

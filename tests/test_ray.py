@@ -1,0 +1,172 @@
+"""The Ray backend against a real local Ray cluster (``ray.cluster_utils.Cluster``: a head node
+providing the on-demand resource and a worker node providing the spot one). Under ``CI=true`` a
+missing Ray is a failure (``.ci/run`` installs ``ray[default]``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from budgeteer.backends import LaunchFailed, LaunchRequest, RunState
+from budgeteer.backends.base import Handle, Status
+from budgeteer.backends.ray import RayBackend
+from budgeteer.clock import ManualClock
+from budgeteer.domain.offering import Market
+from builders import make_offering
+
+T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
+PY = sys.executable
+SPOT = make_offering("ray-spot", market=Market.SPOT, price=0.9)
+OD = make_offering("ray-od", price=3.06)
+PLACEMENTS = {SPOT.id: "budgeteer-spot", OD.id: "budgeteer-od"}
+
+
+class _Cluster:
+    def __init__(self) -> None:
+        from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "include_dashboard": True,
+                "dashboard_port": 0,
+                "resources": {"budgeteer-od": 4},
+            },
+        )
+        self.spot_node = self.add_spot()
+        self.address = f"http://{self.cluster.webui_url}"
+
+    def add_spot(self) -> Any:
+        node = self.cluster.add_node(num_cpus=1, resources={"budgeteer-spot": 4})
+        self.cluster.wait_for_nodes()
+        return node
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[_Cluster]:
+    try:
+        import ray  # noqa: F401, PLC0415
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not installed (.ci/run installs ray[default])")
+        pytest.skip("ray is not installed (pip install 'budgeteer[ray]')")
+    c = _Cluster()
+    yield c
+    c.cluster.shutdown()
+
+
+@pytest.fixture
+def backend(cluster: _Cluster) -> Iterator[RayBackend]:
+    b = RayBackend(ManualClock(T0), cluster.address, PLACEMENTS)
+    yield b
+    for handle in b.live():
+        b.stop(handle, "test teardown")
+
+
+def _request(tmp_path: Path, command: list[str], **kw: Any) -> LaunchRequest:
+    return LaunchRequest(
+        kw.pop("job", f"job-{time.monotonic_ns()}"),
+        kw.pop("attempt", 1),
+        kw.pop("offering", OD),
+        tuple(command),
+        tmp_path / "ckpt",
+        **kw,
+    )
+
+
+def _settle(backend: RayBackend, handle: Handle, seconds: float = 120) -> Status:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        status = backend.status(handle)
+        if status.state.is_final:
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"{handle.id} did not end")
+
+
+def _until(check: Any, seconds: float = 120) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError("timed out")
+
+
+def test_a_job_runs_with_its_environment_and_its_exit_code(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    out = tmp_path / "env"
+    dump = (
+        "import os, sys, pathlib; e = os.environ; pathlib.Path(sys.argv[1]).write_text(' '.join("
+        "[e['BUDGETEER_JOB_ID'], e['BUDGETEER_MARKET'], str('BUDGETEER_ADMIN_TOKEN' in e)]))"
+    )
+    os.environ["BUDGETEER_ADMIN_TOKEN"] = "must-not-reach-the-job"
+    try:
+        handle = backend.launch(_request(tmp_path, [PY, "-c", dump, str(out)], job="env-1"))
+    finally:
+        del os.environ["BUDGETEER_ADMIN_TOKEN"]
+    assert handle.id == "bgt-env-1-1"
+    status = _settle(backend, handle)
+    assert (status.state, status.exit_code) == (RunState.SUCCEEDED, 0)
+    assert out.read_text() == "env-1 on_demand False"
+    failing = backend.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"]))
+    status = _settle(backend, failing)
+    assert (status.state, status.exit_code, status.reason) == (RunState.FAILED, 3, "exited 3")
+
+
+def test_stop_sends_the_notice(backend: RayBackend, tmp_path: Path) -> None:
+    noticed = tmp_path / "noticed"
+    script = (
+        "import signal, sys, time, pathlib; "
+        "signal.signal(signal.SIGTERM, "
+        "lambda *a: (pathlib.Path(sys.argv[1]).write_text('TERM'), sys.exit(75))); "
+        "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
+    )
+    handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(noticed)]))
+    _until(Path(f"{noticed}.ready").exists)
+    backend.stop(handle, "cancelled by user")
+    status = _settle(backend, handle)
+    assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
+    assert noticed.read_text() == "TERM"
+
+
+def test_errors_and_re_attach(backend: RayBackend, cluster: _Cluster, tmp_path: Path) -> None:
+    with pytest.raises(LaunchFailed, match="no Ray placement"):
+        backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=make_offering("elsewhere")))
+    with pytest.raises(LaunchFailed, match="one-node attempts only"):
+        backend.launch(_request(tmp_path, [PY, "-c", "0"], instances=2))
+    request = _request(tmp_path, [PY, "-c", "import time; time.sleep(3)"], job="kept")
+    handle = backend.launch(request)
+    with pytest.raises(LaunchFailed, match="refused"):  # the same attempt cannot run twice
+        backend.launch(request)
+    again = RayBackend(ManualClock(T0), cluster.address, PLACEMENTS)  # a restarted scheduler
+    adopted = again.adopt(request)
+    assert adopted is not None
+    assert adopted.id == handle.id
+    assert _settle(again, adopted).state is RunState.SUCCEEDED
+    assert again.adopt(_request(tmp_path, [PY, "-c", "0"], job="never")) is None
+
+
+def test_a_spot_node_taken_away_preempts_its_job(
+    backend: RayBackend, cluster: _Cluster, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
+    script = "import sys, time, pathlib; pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
+    handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(ready)], offering=SPOT))
+    _until(ready.exists)
+    cluster.cluster.remove_node(cluster.spot_node, allow_graceful=False)
+    try:
+        status = _settle(backend, handle)
+        assert status.state is RunState.PREEMPTED, status
+        assert status.reason.startswith("node lost")
+    finally:
+        cluster.spot_node = cluster.add_spot()
