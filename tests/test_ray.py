@@ -5,6 +5,7 @@ missing Ray is a failure (``.ci/run`` installs ``ray[default]``)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -13,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from budgeteer.backends import LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.base import Handle, Status
 from budgeteer.backends.ray import RayBackend
 from budgeteer.clock import ManualClock
+from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
+from budgeteer.store import SqlStore
 from builders import make_offering
+from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
 PY = sys.executable
@@ -170,3 +175,67 @@ def test_a_spot_node_taken_away_preempts_its_job(
         assert status.reason.startswith("node lost")
     finally:
         cluster.spot_node = cluster.add_spot()
+
+
+def test_budgeteer_run_on_ray_from_a_config(cluster: _Cluster, tmp_path: Path) -> None:
+    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
+    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    cfg = tmp_path / "budgeteer.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "store": "sqlite:///state.db",
+                "interval_seconds": 1,
+                "backend": {
+                    "kind": "ray",
+                    "address": cluster.address,
+                    "workdir": "work",
+                    "placements": {spot: "budgeteer-spot", od: "budgeteer-od"},
+                },
+            }
+        )
+    )
+    out = tmp_path / "trained"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "retrain",
+                    "team": "t",
+                    "resources": {"accelerators": ["V100"]},
+                    "work": {"reference_hours": 0.01},
+                    "command": [PY, "-c", f"open({str(out)!r}, 'w').write('ok')"],
+                }
+            ]
+        )
+    )
+    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
+    run = subprocess.run(
+        [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle", "--cycles", "600"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert out.read_text() == "ok"
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert store.job("retrain").state is JobState.SUCCEEDED
+        (attempt,) = store.attempts("retrain")
+        assert attempt.backend == "ray"
+        assert store.ledger("retrain")
+    finally:
+        store.close()
+
+
+def test_the_example_ray_config_plans_on_its_placements(tmp_path: Path) -> None:
+    from budgeteer.config import load_config  # noqa: PLC0415
+    from budgeteer.service.wiring import build  # noqa: PLC0415
+
+    cfg, root = load_config(Path(__file__).parents[1] / "examples" / "ray.yaml")
+    cfg = cfg.model_copy(update={"store": f"sqlite:///{tmp_path / 'example.db'}"})
+    sched = build(cfg, root).scheduler()
+    assert sched.backend.name == "ray"
+    assert {o.id for o in sched.catalog.offerings} == set(cfg.backend.placements)  # type: ignore[union-attr]

@@ -79,6 +79,24 @@ class SlurmConfig(_Strict):
     )
 
 
+class RayConfig(_Strict):
+    """An existing Ray cluster (``budgeteer.backends.ray``, the ``ray`` extra): each attempt a
+    Ray job. ``address`` is the cluster's dashboard (Jobs API) URL; ``placements`` maps the
+    catalog offerings the cluster provides to the custom resource their nodes carry (the
+    planner considers only those)."""
+
+    kind: Literal["ray"]
+    address: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=512)]
+    workdir: Path = Path(".budgeteer")
+    placements: Annotated[
+        dict[str, Annotated[str, Field(min_length=1, max_length=256)]],
+        Field(min_length=1, max_length=4096),
+    ]
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, max_length=256
+    )
+
+
 class ApiConfig(_Strict):
     """``budgeteer serve``: where the API listens and who may use it.
 
@@ -121,14 +139,18 @@ class ApiConfig(_Strict):
         return self
 
 
+#: One of the backends, by ``kind``.
+BackendConfig = Annotated[SandboxConfig | SlurmConfig | RayConfig, Field(discriminator="kind")]
+
+
 class ServiceConfig(_Strict):
     """``budgeteer serve`` / ``run`` / ``submit`` / ``status`` configuration."""
 
     store: str = "sqlite:///budgeteer.db"
     catalog: Path | None = None
     budgets: Path | None = None
-    backend: Annotated[SandboxConfig | SlurmConfig, Field(discriminator="kind")] = Field(
-        default_factory=SandboxConfig
+    backend: Annotated[SandboxConfig | SlurmConfig | RayConfig, Field(discriminator="kind")] = (
+        Field(default_factory=SandboxConfig)
     )
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     api: ApiConfig = Field(default_factory=ApiConfig)
@@ -143,9 +165,11 @@ def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
         raise SpecError("(root)", "expected a mapping", str(path))
     if "backend" in doc and isinstance(doc["backend"], dict):
         kind = doc["backend"].setdefault("kind", "sandbox")
-        if kind not in {"sandbox", "slurm"}:
+        if kind not in {"sandbox", "slurm", "ray"}:
             raise SpecError(
-                "backend.kind", f"unknown backend {kind!r}; available: sandbox, slurm", str(path)
+                "backend.kind",
+                f"unknown backend {kind!r}; available: sandbox, slurm, ray",
+                str(path),
             )
     try:
         return ServiceConfig.model_validate(doc), path.parent

@@ -14,10 +14,17 @@ from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
 from budgeteer.backends.base import ComputeBackend
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.market import replay_market
+from budgeteer.backends.ray import RayBackend
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
-from budgeteer.config import RateMarketConfig, SandboxConfig, ServiceConfig, SlurmConfig
+from budgeteer.config import (
+    RateMarketConfig,
+    RayConfig,
+    SandboxConfig,
+    ServiceConfig,
+    SlurmConfig,
+)
 from budgeteer.domain.budget import Budget
 from budgeteer.errors import SpecError
 from budgeteer.scheduler import Scheduler
@@ -52,8 +59,8 @@ class Service:
     def job_user(self) -> JobUser | None:
         """The user jobs run as (``None``: this service's own, which is then not root)."""
         backend = self.config.backend
-        if isinstance(backend, SlurmConfig):
-            return None  # Slurm runs a job as the user who submitted it
+        if not isinstance(backend, SandboxConfig):
+            return None  # an engine runs jobs as its own users
         return resolve_job_user(backend.run_as)
 
     def seed_budgets(self) -> int:
@@ -87,6 +94,14 @@ class Service:
         backend: ComputeBackend
         if isinstance(backend_cfg, SlurmConfig):
             backend, catalog = self._slurm(backend_cfg, workdir)
+        elif isinstance(backend_cfg, RayConfig):
+            ray = RayBackend(
+                self.clock,
+                backend_cfg.address,
+                backend_cfg.placements,
+                pass_env=tuple(backend_cfg.pass_env),
+            )
+            backend, catalog = ray, self._placed(backend_cfg.placements)
         else:
             backend = SandboxBackend(
                 self.clock,
@@ -106,14 +121,20 @@ class Service:
             job_env=job_env,
         )
 
-    def _slurm(self, cfg: SlurmConfig, workdir: Path) -> tuple[SlurmBackend, Catalog]:
+    def _placed(self, placements: Mapping[str, object]) -> Catalog:
+        """The catalog reduced to the offerings an engine provides (each must exist)."""
         known = {o.id for o in self.catalog.offerings}
-        unknown = sorted(set(cfg.placements) - known)
+        unknown = sorted(set(placements) - known)
         if unknown:
             raise SpecError(
                 f"backend.placements.{unknown[0]}",
                 f"no such offering in the catalog ({self.catalog.source})",
             )
+        offerings = tuple(o for o in self.catalog.offerings if o.id in placements)
+        return dataclasses.replace(self.catalog, offerings=offerings)
+
+    def _slurm(self, cfg: SlurmConfig, workdir: Path) -> tuple[SlurmBackend, Catalog]:
+        catalog = self._placed(cfg.placements)
         environ = dict(os.environ)
         if cfg.slurm_conf is not None:
             environ["SLURM_CONF"] = str(self.path(cfg.slurm_conf))
@@ -129,8 +150,7 @@ class Service:
             pass_env=tuple(cfg.pass_env),
             environ=environ,
         )
-        offerings = tuple(o for o in self.catalog.offerings if o.id in placements)
-        return backend, dataclasses.replace(self.catalog, offerings=offerings)
+        return backend, catalog
 
     def path(self, p: Path) -> Path:
         """``p`` resolved against the config's folder."""
