@@ -106,7 +106,10 @@ def test_store_commands_without_a_config_say_so_instead_of_making_a_store(tmp_pa
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ("backend: {kind: ray}", "backend.kind: unknown backend 'ray'; available: sandbox"),
+        (
+            "backend: {kind: kubernetes}",
+            "backend.kind: unknown backend 'kubernetes'; available: sandbox, slurm, ray",
+        ),
         ("interval_seconds: -1", "interval_seconds: Input should be greater than 0"),
         ("stroe: sqlite:///x.db", "stroe: unknown field"),
         ("backend: {time_scale: 0}", "backend.time_scale: Input should be greater than 0"),

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from budgeteer.errors import SpecError
+from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
 
@@ -174,4 +174,17 @@ def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
     try:
         return ServiceConfig.model_validate(doc), path.parent
     except ValidationError as exc:
-        raise spec_errors(exc, str(path)) from None
+        raise _without_backend_tag(spec_errors(exc, str(path))) from None
+
+
+def _without_backend_tag(errors: SpecErrors) -> SpecErrors:
+    """Pydantic names a field of a discriminated union with its tag (``backend.sandbox.
+    time_scale``); the file says ``backend.time_scale``."""
+    out = []
+    for e in errors.errors:
+        field = e.field
+        for kind in ("sandbox", "slurm", "ray"):
+            if field == f"backend.{kind}" or field.startswith(f"backend.{kind}."):
+                field = "backend" + field.removeprefix(f"backend.{kind}")
+        out.append(SpecError(field, e.problem, e.source))
+    return SpecErrors(out)

@@ -142,3 +142,44 @@ class ComputeBackend(Protocol):
         """Re-attach to this attempt if an earlier process of ours launched it (after a
         scheduler restart); ``None`` when the backend has no trace of it (never launched)."""
         ...
+
+
+def job_variables(request: LaunchRequest) -> dict[str, str]:
+    """What every backend tells a job about itself (beside ``request.env``: its API URL and
+    token): its id, attempt, checkpoint folder and progress file, market, offering, workers."""
+    return {
+        **request.env,
+        "BUDGETEER_JOB_ID": request.job_id,
+        "BUDGETEER_ATTEMPT": str(request.attempt),
+        "BUDGETEER_CHECKPOINT_DIR": str(request.checkpoint_dir),
+        "BUDGETEER_PROGRESS_FILE": str(request.checkpoint_dir / "progress.jsonl"),
+        "BUDGETEER_MARKET": request.offering.market.value,
+        "BUDGETEER_OFFERING": request.offering.id,
+        "BUDGETEER_WORKERS": str(request.workers),
+    }
+
+
+def check_request(request: LaunchRequest, *, max_instances: int | None = None) -> None:
+    """What no backend can launch (:class:`LaunchFailed`): no instance or worker, more instances
+    than the backend runs in one attempt, an empty command."""
+    if request.instances < 1 or request.workers < 1:
+        raise LaunchFailed(
+            f"instances and workers must be ≥ 1; got {request.instances} and {request.workers}"
+        )
+    if max_instances is not None and request.instances > max_instances:
+        raise LaunchFailed(
+            f"this backend runs attempts on at most {max_instances} node(s); "
+            f"{request.instances} asked for"
+        )
+    if not request.command:
+        raise LaunchFailed("empty command")
+
+
+def prepare_checkpoint_dir(request: LaunchRequest) -> None:
+    """Create the attempt's checkpoint folder (:class:`LaunchFailed` when it cannot be)."""
+    try:
+        request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchFailed(
+            f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
+        ) from None

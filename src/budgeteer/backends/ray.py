@@ -36,6 +36,9 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_request,
+    job_variables,
+    prepare_checkpoint_dir,
 )
 from budgeteer.backends.jobuser import job_environment
 from budgeteer.backends.market import CatalogPrices
@@ -91,18 +94,7 @@ class RayBackend(CatalogPrices):
         env = job_environment(
             os.environ,
             self.pass_env,
-            {
-                **request.env,
-                "BUDGETEER_JOB_ID": request.job_id,
-                "BUDGETEER_ATTEMPT": str(request.attempt),
-                "BUDGETEER_CHECKPOINT_DIR": str(request.checkpoint_dir),
-                "BUDGETEER_PROGRESS_FILE": str(request.checkpoint_dir / "progress.jsonl"),
-                "BUDGETEER_MARKET": request.offering.market.value,
-                "BUDGETEER_OFFERING": request.offering.id,
-                "BUDGETEER_WORKERS": str(request.workers),
-                "BUDGETEER_NODE_RANK": "0",
-                "BUDGETEER_NUM_NODES": "1",
-            },
+            {**job_variables(request), "BUDGETEER_NODE_RANK": "0", "BUDGETEER_NUM_NODES": "1"},
         )
         try:
             self._jobs().submit_job(
@@ -192,24 +184,14 @@ class RayBackend(CatalogPrices):
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> str:
-        if request.instances != 1:
-            raise LaunchFailed(
-                f"the Ray backend runs one-node attempts only; {request.instances} asked for"
-            )
-        if not request.command:
-            raise LaunchFailed("empty command")
+        check_request(request, max_instances=1)
         resource = self.placements.get(request.offering.id)
         if resource is None:
             raise LaunchFailed(
                 f"offering {request.offering.id!r} has no Ray placement "
                 "(backend.placements in the config)"
             )
-        try:
-            request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LaunchFailed(
-                f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
-            ) from None
+        prepare_checkpoint_dir(request)
         return resource
 
     def _jobs(self) -> Any:

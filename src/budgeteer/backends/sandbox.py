@@ -39,6 +39,8 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_request,
+    job_variables,
 )
 from budgeteer.backends.jobuser import (
     JobUser,
@@ -192,12 +194,7 @@ class SandboxBackend(MarketPrices):
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> None:
-        if request.instances < 1 or request.workers < 1:
-            raise LaunchFailed(
-                f"instances and workers must be ≥ 1; got {request.instances} and {request.workers}"
-            )
-        if not request.command:
-            raise LaunchFailed("empty command")
+        check_request(request)
         exe = request.command[0]
         found = shutil.which(exe) or (exe if Path(exe).is_file() else None)
         if found is None:
@@ -256,16 +253,7 @@ class SandboxBackend(MarketPrices):
 
     def _start(self, a: _Attempt, now: datetime) -> None:
         req = a.request
-        own = {
-            **req.env,
-            "BUDGETEER_JOB_ID": req.job_id,
-            "BUDGETEER_ATTEMPT": str(req.attempt),
-            "BUDGETEER_CHECKPOINT_DIR": str(req.checkpoint_dir),
-            "BUDGETEER_PROGRESS_FILE": str(req.checkpoint_dir / "progress.jsonl"),
-            "BUDGETEER_MARKET": req.offering.market.value,
-            "BUDGETEER_OFFERING": req.offering.id,
-            "BUDGETEER_WORKERS": str(req.workers),
-        }
+        own = job_variables(req)
         if self.run_as is not None:  # its own folder is its home and working folder
             own |= {"HOME": str(req.checkpoint_dir), "USER": self.run_as.name}
         env = job_environment(os.environ, self.pass_env, own)

@@ -57,6 +57,9 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_request,
+    job_variables,
+    prepare_checkpoint_dir,
 )
 from budgeteer.backends.jobuser import job_environment
 from budgeteer.backends.market import CatalogPrices
@@ -270,24 +273,14 @@ class SlurmBackend(CatalogPrices):
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> SlurmPlacement:
-        if request.instances < 1 or request.workers < 1:
-            raise LaunchFailed(
-                f"instances and workers must be ≥ 1; got {request.instances} and {request.workers}"
-            )
-        if not request.command:
-            raise LaunchFailed("empty command")
+        check_request(request)
         placement = self.placements.get(request.offering.id)
         if placement is None:
             raise LaunchFailed(
                 f"offering {request.offering.id!r} has no Slurm placement "
                 "(backend.placements in the config)"
             )
-        try:
-            request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LaunchFailed(
-                f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
-            ) from None
+        prepare_checkpoint_dir(request)
         return placement
 
     def _check_capacity(self, request: LaunchRequest, placement: SlurmPlacement) -> None:
@@ -313,17 +306,7 @@ class SlurmBackend(CatalogPrices):
             )
 
     def _script(self, request: LaunchRequest) -> str:
-        own = {
-            **request.env,
-            "BUDGETEER_JOB_ID": request.job_id,
-            "BUDGETEER_ATTEMPT": str(request.attempt),
-            "BUDGETEER_CHECKPOINT_DIR": str(request.checkpoint_dir),
-            "BUDGETEER_PROGRESS_FILE": str(request.checkpoint_dir / "progress.jsonl"),
-            "BUDGETEER_MARKET": request.offering.market.value,
-            "BUDGETEER_OFFERING": request.offering.id,
-            "BUDGETEER_WORKERS": str(request.workers),
-            "BUDGETEER_NUM_NODES": str(request.instances),
-        }
+        own = {**job_variables(request), "BUDGETEER_NUM_NODES": str(request.instances)}
         env = job_environment(os.environ, self.pass_env, own)
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
         command = " ".join(shlex.quote(c) for c in request.command)
