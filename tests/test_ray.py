@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from budgeteer.backends import LaunchFailed, LaunchRequest, RunState
-from budgeteer.backends.base import Handle, Status
 from budgeteer.backends.ray import RayBackend
 from budgeteer.clock import ManualClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.store import SqlStore
 from builders import make_offering
+from engine_wait import settle, until
 from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
@@ -87,25 +87,6 @@ def _request(tmp_path: Path, command: list[str], **kw: Any) -> LaunchRequest:
     )
 
 
-def _settle(backend: RayBackend, handle: Handle, seconds: float = 120) -> Status:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        status = backend.status(handle)
-        if status.state.is_final:
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"{handle.id} did not end")
-
-
-def _until(check: Any, seconds: float = 120) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError("timed out")
-
-
 def test_a_job_runs_with_its_environment_and_its_exit_code(
     backend: RayBackend, tmp_path: Path
 ) -> None:
@@ -120,11 +101,11 @@ def test_a_job_runs_with_its_environment_and_its_exit_code(
     finally:
         del os.environ["BUDGETEER_ADMIN_TOKEN"]
     assert handle.id == "bgt-env-1-1"
-    status = _settle(backend, handle)
+    status = settle(backend, handle)
     assert (status.state, status.exit_code) == (RunState.SUCCEEDED, 0)
     assert out.read_text() == "env-1 on_demand False"
     failing = backend.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"]))
-    status = _settle(backend, failing)
+    status = settle(backend, failing)
     assert (status.state, status.exit_code, status.reason) == (RunState.FAILED, 3, "exited 3")
 
 
@@ -137,9 +118,9 @@ def test_stop_sends_the_notice(backend: RayBackend, tmp_path: Path) -> None:
         "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
     )
     handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(noticed)]))
-    _until(Path(f"{noticed}.ready").exists)
+    until(Path(f"{noticed}.ready").exists)
     backend.stop(handle, "cancelled by user")
-    status = _settle(backend, handle)
+    status = settle(backend, handle)
     assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
     assert noticed.read_text() == "TERM"
 
@@ -157,7 +138,7 @@ def test_errors_and_re_attach(backend: RayBackend, cluster: _Cluster, tmp_path: 
     adopted = again.adopt(request)
     assert adopted is not None
     assert adopted.id == handle.id
-    assert _settle(again, adopted).state is RunState.SUCCEEDED
+    assert settle(again, adopted).state is RunState.SUCCEEDED
     assert again.adopt(_request(tmp_path, [PY, "-c", "0"], job="never")) is None
 
 
@@ -167,10 +148,10 @@ def test_a_spot_node_taken_away_preempts_its_job(
     ready = tmp_path / "ready"
     script = "import sys, time, pathlib; pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
     handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(ready)], offering=SPOT))
-    _until(ready.exists)
+    until(ready.exists)
     cluster.cluster.remove_node(cluster.spot_node, allow_graceful=False)
     try:
-        status = _settle(backend, handle)
+        status = settle(backend, handle)
         assert status.state is RunState.PREEMPTED, status
         assert status.reason.startswith("node lost")
     finally:

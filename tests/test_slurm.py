@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
-from budgeteer.backends.base import Handle, Status
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _exit_code
 from budgeteer.backends.slurm_local import LocalSlurm, available
 from budgeteer.clock import ManualClock
@@ -26,6 +25,7 @@ from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.store import SqlStore
 from builders import make_offering
+from engine_wait import settle, until
 from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
@@ -75,20 +75,6 @@ def _request(tmp_path: Path, command: list[str], **kw: object) -> LaunchRequest:
     )
 
 
-def _settle(backend: SlurmBackend, handle: Handle, seconds: float = 60) -> Status:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        status = backend.status(handle)
-        if status.state.is_final:
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"{handle.id} did not end")
-
-
-def _until(check: object, seconds: float = 60) -> None:
-    LocalSlurm.wait_for(check, seconds)
-
-
 def test_exit_codes_are_decoded_from_the_raw_wait_status() -> None:
     assert _exit_code(0) == 0
     assert _exit_code(3 << 8) == 3
@@ -116,7 +102,7 @@ def test_a_job_runs_once_per_node_with_its_environment(
     finally:
         del os.environ["BUDGETEER_ADMIN_TOKEN"]
     assert backend.status(handle).state in {RunState.PROVISIONING, RunState.RUNNING}
-    status = _settle(backend, handle)
+    status = settle(backend, handle)
     assert (status.state, status.exit_code) == (RunState.SUCCEEDED, 0)
     assert status.started_at is not None
     expected = f"2 4 job-1 on_demand False {os.getcwd()}"  # sbatch's folder, as in Slurm
@@ -126,7 +112,7 @@ def test_a_job_runs_once_per_node_with_its_environment(
 def test_a_failing_job_is_failed_with_its_code_and_one_rank_brings_the_other_down(
     backend: SlurmBackend, tmp_path: Path
 ) -> None:
-    status = _settle(backend, backend.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"])))
+    status = settle(backend, backend.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"])))
     assert (status.state, status.exit_code) == (RunState.FAILED, 3)
     assert status.reason == "exited 3"
     script = (
@@ -134,7 +120,7 @@ def test_a_failing_job_is_failed_with_its_code_and_one_rank_brings_the_other_dow
         "sys.exit(4) if os.environ['BUDGETEER_NODE_RANK'] == '1' else time.sleep(600)"
     )
     two = _request(tmp_path, [PY, "-c", script], instances=2, job="job-2")
-    status = _settle(backend, backend.launch(two), 90)
+    status = settle(backend, backend.launch(two), 90)
     assert status.state is RunState.FAILED  # on spot or not: its own failure, not a preemption
 
 
@@ -148,14 +134,14 @@ def test_stop_sends_the_notice_then_cancels_after_the_grace(
         "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
     )
     handle = backend.launch(_request(tmp_path, [PY, "-c", stubborn, str(noticed)]))
-    _until(lambda: backend.status(handle).state is RunState.RUNNING)
-    _until(Path(f"{noticed}.ready").exists)  # the handler is installed
+    until(lambda: backend.status(handle).state is RunState.RUNNING)
+    until(Path(f"{noticed}.ready").exists)  # the handler is installed
     backend.stop(handle, "cancelled by user")
-    _until(noticed.exists, 30)  # the notice reached the job's process
+    until(noticed.exists, 30)  # the notice reached the job's process
     assert backend.status(handle).state is RunState.RUNNING  # inside its grace period
     assert isinstance(backend.clock, ManualClock)
     backend.clock.advance(31)
-    status = _settle(backend, handle)
+    status = settle(backend, handle)
     assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
 
 
@@ -169,12 +155,12 @@ def test_capacity_and_placement_errors(
     first = backend.launch(
         _request(tmp_path, [PY, "-c", "import time; time.sleep(120)"], instances=2)
     )
-    _until(lambda: backend.status(first).state is RunState.RUNNING)
+    until(lambda: backend.status(first).state is RunState.RUNNING)
     with pytest.raises(CapacityUnavailable, match="0 of 2 nodes of partition 'ondemand'") as err:
         backend.launch(_request(tmp_path, [PY, "-c", "0"], job="job-9"))
     assert err.value.transient
     cluster.run("scancel", first.id)
-    _settle(backend, first)
+    settle(backend, first)
 
 
 def test_a_node_taken_away_preempts_the_spot_job_which_gets_its_notice(
@@ -188,11 +174,11 @@ def test_a_node_taken_away_preempts_the_spot_job_which_gets_its_notice(
         "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
     )
     handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(noticed)], offering=SPOT))
-    _until(lambda: backend.status(handle).state is RunState.RUNNING)
-    _until(Path(f"{noticed}.ready").exists)
+    until(lambda: backend.status(handle).state is RunState.RUNNING)
+    until(Path(f"{noticed}.ready").exists)
     node = next(j["nodes"] for j in cluster.jobs() if str(j["job_id"]) == handle.id)
     cluster.down(str(node))  # the cloud took the instance back
-    status = _settle(backend, handle)
+    status = settle(backend, handle)
     assert status.state is RunState.PREEMPTED, status
     assert status.reason.startswith("node_fail")
     assert noticed.read_text() == "TERM"  # it got the notice and could checkpoint
@@ -203,7 +189,7 @@ def test_a_restarted_scheduler_re_attaches_instead_of_launching_again(
 ) -> None:
     request = _request(tmp_path, [PY, "-c", "import time; time.sleep(3)"], job="kept", attempt=2)
     handle = backend.launch(request)
-    _until(lambda: backend.status(handle).state is RunState.RUNNING)
+    until(lambda: backend.status(handle).state is RunState.RUNNING)
     again = SlurmBackend(
         ManualClock(T0), backend.workdir, PLACEMENTS, environ=cluster.env
     )  # a new process of the scheduler
@@ -211,7 +197,7 @@ def test_a_restarted_scheduler_re_attaches_instead_of_launching_again(
     assert adopted is not None
     assert adopted.id == handle.id
     assert [j["name"] for j in cluster.jobs()].count("bgt.kept.2") == 1  # no second launch
-    status = _settle(again, adopted)
+    status = settle(again, adopted)
     assert status.state is RunState.SUCCEEDED
     never = _request(tmp_path, [PY, "-c", "0"], job="never", attempt=1)
     assert again.adopt(never) is None
