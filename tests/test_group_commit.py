@@ -12,7 +12,7 @@ import pytest
 
 from budgeteer.store import IdempotencyConflict, SqlStore, Store, Submission
 from budgeteer.store.group_commit import GroupCommit
-from budgeteer.store.sql import _SubmitRequest
+from budgeteer.store.sql_submit import SubmitRequest
 from builders import NOW, make_job
 
 
@@ -102,12 +102,12 @@ def test_within_one_batch_a_key_used_twice_replays_and_an_id_used_twice_clashes(
 ) -> None:
     sql = SqlStore(f"sqlite:///{tmp_path / 'g.db'}")
     batch = [
-        _SubmitRequest((make_job("a"),), NOW, "k", "h"),
-        _SubmitRequest((make_job("b"),), NOW, "k", "h"),  # the same request again
-        _SubmitRequest((make_job("c"),), NOW, "k", "other"),  # the key, another body
-        _SubmitRequest((make_job("a"),), NOW, None, ""),  # a's id again
-        _SubmitRequest((make_job("d"), make_job("d")), NOW, None, ""),  # twice in itself
-        _SubmitRequest((make_job("e"),), NOW, None, ""),
+        SubmitRequest((make_job("a"),), NOW, "k", "h"),
+        SubmitRequest((make_job("b"),), NOW, "k", "h"),  # the same request again
+        SubmitRequest((make_job("c"),), NOW, "k", "other"),  # the key, another body
+        SubmitRequest((make_job("a"),), NOW, None, ""),  # a's id again
+        SubmitRequest((make_job("d"), make_job("d")), NOW, None, ""),  # twice in itself
+        SubmitRequest((make_job("e"),), NOW, None, ""),
     ]
     out = sql._submit_batch(batch)
     assert out[0] == Submission(("a",), replayed=False)

@@ -5,7 +5,6 @@ missing Ray is a failure (``.ci/run`` installs ``ray[default]``)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -14,17 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from budgeteer.backends import LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.ray import RayBackend
 from budgeteer.clock import ManualClock
-from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
-from budgeteer.store import SqlStore
 from builders import make_offering
-from engine_wait import settle, until
-from test_cli import budgeteer
+from engines import V100_OD, V100_SPOT, engine_missing, run_one_job, settle, until
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
 PY = sys.executable
@@ -60,9 +55,7 @@ def cluster() -> Iterator[_Cluster]:
     try:
         import ray  # noqa: F401, PLC0415
     except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("ray is not installed (.ci/run installs ray[default])")
-        pytest.skip("ray is not installed (pip install 'budgeteer[ray]')")
+        engine_missing("ray is not installed (pip install 'budgeteer[ray]')")
     c = _Cluster()
     yield c
     c.cluster.shutdown()
@@ -159,56 +152,11 @@ def test_a_spot_node_taken_away_preempts_its_job(
 
 
 def test_budgeteer_run_on_ray_from_a_config(cluster: _Cluster, tmp_path: Path) -> None:
-    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
-    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
-    cfg = tmp_path / "budgeteer.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "store": "sqlite:///state.db",
-                "interval_seconds": 1,
-                "backend": {
-                    "kind": "ray",
-                    "address": cluster.address,
-                    "workdir": "work",
-                    "placements": {spot: "budgeteer-spot", od: "budgeteer-od"},
-                },
-            }
-        )
-    )
-    out = tmp_path / "trained"
-    jobs = tmp_path / "jobs.yaml"
-    jobs.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "retrain",
-                    "team": "t",
-                    "resources": {"accelerators": ["V100"]},
-                    "work": {"reference_hours": 0.01},
-                    "command": [PY, "-c", f"open({str(out)!r}, 'w').write('ok')"],
-                }
-            ]
-        )
-    )
-    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
-    run = subprocess.run(
-        [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle", "--cycles", "600"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert out.read_text() == "ok"
-    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
-        assert store.job("retrain").state is JobState.SUCCEEDED
-        (attempt,) = store.attempts("retrain")
-        assert attempt.backend == "ray"
-        assert store.ledger("retrain")
-    finally:
-        store.close()
+    placements = {V100_SPOT: "budgeteer-spot", V100_OD: "budgeteer-od"}
+    backend = {"kind": "ray", "address": cluster.address, "workdir": "work"}
+    attempt = run_one_job(tmp_path, {**backend, "placements": placements})
+    assert attempt.backend == "ray"
+    assert attempt.offering_id in placements
 
 
 def test_the_example_ray_config_plans_on_its_placements(tmp_path: Path) -> None:

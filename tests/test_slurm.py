@@ -25,7 +25,7 @@ from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.store import SqlStore
 from builders import make_offering
-from engine_wait import settle, until
+from engines import V100_OD, V100_SPOT, engine_missing, run_one_job, settle, until
 from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
@@ -38,13 +38,9 @@ PLACEMENTS = {SPOT.id: SlurmPlacement("spot"), OD.id: SlurmPlacement("ondemand")
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalSlurm]:
     if not available():
-        if os.environ.get("CI") == "true":
-            pytest.fail("Slurm is not installed (.ci/run installs slurmctld slurmd slurm-client)")
-        pytest.skip("Slurm is not installed (apt-get install slurmctld slurmd slurm-client)")
+        engine_missing("Slurm is not installed (apt-get install slurmctld slurmd slurm-client)")
     if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the local test cluster runs its daemons as root; CI runs as root")
-        pytest.skip("the local test cluster runs its daemons as root")
+        engine_missing("the local test cluster runs its daemons as root")
     c = LocalSlurm(kill_wait=5).start()
     yield c
     c.stop()
@@ -211,62 +207,12 @@ def test_a_restarted_scheduler_re_attaches_instead_of_launching_again(
 
 
 def test_budgeteer_run_on_slurm_from_a_config(cluster: LocalSlurm, tmp_path: Path) -> None:
-    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
-    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
-    cfg = tmp_path / "budgeteer.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "store": "sqlite:///state.db",
-                "interval_seconds": 1,
-                "backend": {
-                    "kind": "slurm",
-                    "workdir": "work",
-                    "slurm_conf": str(cluster.conf),
-                    "placements": {spot: {"partition": "spot"}, od: {"partition": "ondemand"}},
-                },
-            }
-        )
-    )
-    jobs = tmp_path / "jobs.yaml"
-    out = tmp_path / "trained"
-    jobs.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "retrain",
-                    "team": "t",
-                    "resources": {"accelerators": ["V100"]},
-                    "work": {"reference_hours": 0.01},
-                    "command": [PY, "-c", f"open({str(out)!r}, 'w').write('ok')"],
-                }
-            ]
-        )
-    )
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    assert budgeteer("submit", str(jobs), "--config", str(cfg)).returncode == 0
-    run = subprocess.run(
-        [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle", "--cycles", "600"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "launched retrain" in run.stderr
-    assert out.read_text() == "ok"
-    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
-        assert store.job("retrain").state is JobState.SUCCEEDED
-        (attempt,) = store.attempts("retrain")
-        assert attempt.backend == "slurm"
-        assert attempt.offering_id in {spot, od}
-        entries = store.ledger("retrain")
-        assert entries
-        assert all(e.price_source for e in entries)
-    finally:
-        store.close()
+    placements = {V100_SPOT: {"partition": "spot"}, V100_OD: {"partition": "ondemand"}}
+    backend = {"kind": "slurm", "workdir": "work", "slurm_conf": str(cluster.conf)}
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the config names it
+    attempt = run_one_job(tmp_path, {**backend, "placements": placements}, env)
+    assert attempt.backend == "slurm"
+    assert attempt.offering_id in placements
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         yaml.safe_dump(
@@ -302,8 +248,7 @@ def test_preempted_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
         timeout=120,
         env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
     )
-    spot_id = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
-    od_id = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    spot_id, od_id = V100_SPOT, V100_OD
     full = load_catalog()
     catalog = dataclasses.replace(
         full, offerings=tuple(o for o in full.offerings if o.id in {spot_id, od_id})
@@ -382,8 +327,7 @@ def test_preempted_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
 
 
 def _slurm_config(tmp_path: Path, cluster: LocalSlurm) -> Path:
-    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
-    od = "aws/us-east-1/*/p3.2xlarge/on_demand"
+    spot, od = V100_SPOT, V100_OD
     cfg = tmp_path / "sigkill.yaml"
     cfg.write_text(
         yaml.safe_dump(

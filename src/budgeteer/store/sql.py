@@ -19,11 +19,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -39,7 +37,7 @@ from budgeteer.store.base import (
     Submission,
     UnknownJob,
 )
-from budgeteer.store.codec import job_from_dict, job_to_dict
+from budgeteer.store.codec import job_from_dict
 from budgeteer.store.group_commit import GroupCommit
 from budgeteer.store.leader import (
     FileLeaderLock,
@@ -48,6 +46,7 @@ from budgeteer.store.leader import (
     PostgresLeaderLock,
 )
 from budgeteer.store.sql_service import ServiceTables
+from budgeteer.store.sql_submit import SubmitRequest, submit_in
 from budgeteer.store.sql_support import (
     MIGRATIONS,
     RETRY_DELAYS_SECONDS,
@@ -73,7 +72,7 @@ class SqlStore(ServiceTables):
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine)
             self._writer = threading.Lock()
-        self._submissions: GroupCommit[_SubmitRequest, Submission] = GroupCommit(self._submit_batch)
+        self._submissions: GroupCommit[SubmitRequest, Submission] = GroupCommit(self._submit_batch)
         try:
             migrate(self.engine)
         except sa.exc.OperationalError as exc:
@@ -118,29 +117,29 @@ class SqlStore(ServiceTables):
         share a transaction (:mod:`budgeteer.store.group_commit`); each keeps its own
         outcome."""
         return self._submissions.submit(
-            _SubmitRequest(tuple(jobs), at, idempotency_key, request_hash)
+            SubmitRequest(tuple(jobs), at, idempotency_key, request_hash)
         )
 
-    def _submit_batch(self, requests: Sequence[_SubmitRequest]) -> list[Submission | BaseException]:
+    def _submit_batch(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
         """Store a batch of submissions in one transaction; on a race with another process
         (a unique key taken meanwhile), each alone."""
         try:
             with self._tx() as conn:
-                return _submit_in(conn, requests)
+                return submit_in(conn, requests)
         except sa.exc.IntegrityError:
             if len(requests) > 1:
                 return [self._submit_alone(r) for r in requests]
             return [self._after_race(requests[0])]
 
-    def _submit_alone(self, request: _SubmitRequest) -> Submission | BaseException:
+    def _submit_alone(self, request: SubmitRequest) -> Submission | BaseException:
         try:
             with self._tx() as conn:
-                outcome = _submit_in(conn, [request])[0]
+                outcome = submit_in(conn, [request])[0]
         except sa.exc.IntegrityError:
             return self._after_race(request)
         return outcome
 
-    def _after_race(self, request: _SubmitRequest) -> Submission | BaseException:
+    def _after_race(self, request: SubmitRequest) -> Submission | BaseException:
         """A unique key was taken by a concurrent writer: a retry with the same idempotency
         key replays what won; otherwise a job id exists already."""
         key = request.idempotency_key
@@ -419,92 +418,3 @@ class SqlStore(ServiceTables):
 
 
 __all__ = ["MIGRATIONS", "SqlStore", "StoreUnavailable", "migrate"]
-
-
-@dataclass(frozen=True, slots=True)
-class _SubmitRequest:
-    jobs: tuple[Job, ...]
-    at: datetime
-    idempotency_key: str | None
-    request_hash: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """An idempotency key stored earlier in the same batch (read like its row)."""
-
-    request_hash: str
-    job_ids: list[str]
-
-
-def _submit_in(
-    conn: Connection, requests: Sequence[_SubmitRequest]
-) -> list[Submission | BaseException]:
-    """The submissions of a batch inside one transaction: each replays its idempotency key,
-    clashes with an existing job id, or is stored; multi-row inserts for all of them."""
-    keys = [r.idempotency_key for r in requests if r.idempotency_key is not None]
-    known: dict[str, Any] = {}
-    if keys:
-        rows = conn.execute(sa.select(t.idempotency_keys).where(t.idempotency_keys.c.key.in_(keys)))
-        known = {row.key: row for row in rows}
-    ids = [j.id for r in requests for j in r.jobs]
-    taken: set[str] = set()
-    if ids:
-        match = t.jobs.c.id == ids[0] if len(ids) == 1 else t.jobs.c.id.in_(ids)
-        taken = {row.id for row in conn.execute(sa.select(t.jobs.c.id).where(match))}
-    outcomes: list[Submission | BaseException] = []
-    jobs: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    new_keys: list[dict[str, Any]] = []
-    for r in requests:
-        key = r.idempotency_key
-        if key is not None and key in known:
-            try:
-                outcomes.append(replay_row(known[key], r.request_hash, key))
-            except IdempotencyConflict as exc:
-                outcomes.append(exc)
-            continue
-        mine = [j.id for j in r.jobs]
-        clash = next((i for i in mine if i in taken), None)
-        if clash is not None:
-            outcomes.append(IdempotencyConflict(f"job id {clash!r} exists already"))
-            continue
-        if len(set(mine)) < len(mine):
-            outcomes.append(IdempotencyConflict("a job id in this batch exists already"))
-            continue
-        for job in r.jobs:
-            check_transition(job.id, None, JobState.SUBMITTED)
-        taken.update(mine)
-        jobs += [
-            {
-                "id": j.id,
-                "seq": j.seq,
-                "team": j.team,
-                "tier": j.tier.name,
-                "state": "submitted",
-                "spec": job_to_dict(j),
-                "submitted_at": j.submitted_at,
-            }
-            for j in r.jobs
-        ]
-        events += [
-            {
-                "job_id": j.id,
-                "seq": 0,
-                "at": r.at,
-                "from_state": None,
-                "to_state": "submitted",
-                "cause": "submitted",
-            }
-            for j in r.jobs
-        ]
-        if key is not None:
-            new_keys.append({"key": key, "request_hash": r.request_hash, "job_ids": mine})
-            known[key] = _Known(r.request_hash, mine)
-        outcomes.append(Submission(tuple(mine), replayed=False))
-    if jobs:
-        conn.execute(t.jobs.insert(), jobs)
-        conn.execute(t.job_events.insert(), events)
-    if new_keys:
-        conn.execute(t.idempotency_keys.insert(), new_keys)
-    return outcomes
