@@ -68,7 +68,9 @@ def run_one_job(
         "team": "t",
         "resources": {"accelerators": ["V100"]},
         "work": {"reference_hours": 0.01},
-        "command": [PY, "-c", f"open({str(out)!r}, 'w').write('ok')"],
+        # runs a few seconds: Slurm reports whole seconds, and a job ended within the second
+        # it was launched in has no time to bill
+        "command": [PY, "-c", f"import time; time.sleep(3); open({str(out)!r}, 'w').write('ok')"],
     }
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump([job]))
