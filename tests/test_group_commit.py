@@ -6,13 +6,11 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from budgeteer.store import IdempotencyConflict, SqlStore, Store, Submission
+from budgeteer.store import IdempotencyConflict, Store, Submission
 from budgeteer.store.group_commit import GroupCommit
-from budgeteer.store.sql_submit import SubmitRequest
 from builders import NOW, make_job
 
 
@@ -95,26 +93,3 @@ def test_a_store_under_concurrent_submissions_keeps_every_outcome(store: Store) 
     assert stored == sorted(f"j{i}" for i in range(40))  # each once; nothing else
     for i in range(40):
         assert len(store.events(f"j{i}")) == 1
-
-
-def test_within_one_batch_a_key_used_twice_replays_and_an_id_used_twice_clashes(
-    tmp_path: Path,
-) -> None:
-    sql = SqlStore(f"sqlite:///{tmp_path / 'g.db'}")
-    batch = [
-        SubmitRequest((make_job("a"),), NOW, "k", "h"),
-        SubmitRequest((make_job("b"),), NOW, "k", "h"),  # the same request again
-        SubmitRequest((make_job("c"),), NOW, "k", "other"),  # the key, another body
-        SubmitRequest((make_job("a"),), NOW, None, ""),  # a's id again
-        SubmitRequest((make_job("d"), make_job("d")), NOW, None, ""),  # twice in itself
-        SubmitRequest((make_job("e"),), NOW, None, ""),
-    ]
-    out = sql._submit_batch(batch)
-    assert out[0] == Submission(("a",), replayed=False)
-    assert out[1] == Submission(("a",), replayed=True)
-    assert isinstance(out[2], IdempotencyConflict)
-    assert isinstance(out[3], IdempotencyConflict)
-    assert isinstance(out[4], IdempotencyConflict)
-    assert out[5] == Submission(("e",), replayed=False)
-    assert sorted(j.id for j in sql.jobs()) == ["a", "e"]
-    sql.close()

@@ -22,9 +22,12 @@ from budgeteer.store import (
     IdempotencyConflict,
     JobFilter,
     LedgerEntry,
+    Move,
     NotFound,
     SqlStore,
     Store,
+    Submission,
+    SubmitRequest,
     UnknownJob,
     WebSession,
 )
@@ -98,6 +101,56 @@ def test_transitions_follow_the_table_and_leave_events(store: Store) -> None:
     assert len(store.events("a")) == 8
     assert store.jobs([S.SUCCEEDED])[0].id == "a"
     assert store.jobs([S.QUEUED]) == []
+
+
+def test_a_batch_of_transitions_moves_every_job_or_none(store: Store) -> None:
+    store.submit([make_job("a"), make_job("b"), make_job("c")], at=NOW)
+    store.transition("c", S.QUEUED, at=NOW, cause="ready")
+    events = store.transitions(
+        [Move("a", S.HELD, "budget"), Move("b", S.WAITING, "deps"), Move("c", S.HELD, "quota")],
+        at=NOW + timedelta(minutes=1),
+    )
+    assert [(e.job_id, e.seq, e.from_state, e.to_state) for e in events] == [
+        ("a", 1, S.SUBMITTED, S.HELD),
+        ("b", 1, S.SUBMITTED, S.WAITING),
+        ("c", 2, S.QUEUED, S.HELD),
+    ]
+    assert [store.job(j).state for j in "abc"] == [S.HELD, S.WAITING, S.HELD]
+    assert store.events("c")[-1].cause == "quota"
+    assert store.events("b")[-1].at == NOW + timedelta(minutes=1)
+    # one illegal move (a held job cannot run) or one unknown job: nothing moves
+    with pytest.raises(IllegalTransition):
+        store.transitions([Move("b", S.QUEUED, "ok"), Move("a", S.RUNNING, "no")], at=NOW)
+    with pytest.raises(UnknownJob):
+        store.transitions([Move("b", S.QUEUED, "ok"), Move("ghost", S.QUEUED, "x")], at=NOW)
+    with pytest.raises(ValueError, match="twice"):
+        store.transitions([Move("b", S.QUEUED, "ok"), Move("b", S.QUEUED, "ok")], at=NOW)
+    assert store.job("b").state is S.WAITING
+    assert len(store.events("b")) == 2
+    assert store.transitions([], at=NOW) == []
+
+
+def test_submissions_in_one_batch_keep_their_own_outcomes(store: Store) -> None:
+    """``submit_many`` (the API's batch of concurrent requests): a key used twice replays, the
+    key with another body and a job id used twice are conflicts; the others are stored."""
+    out = store.submit_many(
+        [
+            SubmitRequest((make_job("a"),), NOW, "k", "h"),
+            SubmitRequest((make_job("b"),), NOW, "k", "h"),  # the same request again
+            SubmitRequest((make_job("c"),), NOW, "k", "other"),  # the key, another body
+            SubmitRequest((make_job("a"),), NOW, None, ""),  # a's id again
+            SubmitRequest((make_job("d"), make_job("d")), NOW, None, ""),  # twice in itself
+            SubmitRequest((make_job("e"),), NOW, None, ""),
+        ]
+    )
+    assert out[0] == Submission(("a",), replayed=False)
+    assert out[1] == Submission(("a",), replayed=True)
+    assert isinstance(out[2], IdempotencyConflict)
+    assert isinstance(out[3], IdempotencyConflict)
+    assert isinstance(out[4], IdempotencyConflict)
+    assert out[5] == Submission(("e",), replayed=False)
+    assert sorted(j.id for j in store.jobs()) == ["a", "e"]
+    assert [e.to_state for e in store.events("e")] == [S.SUBMITTED]
 
 
 def test_unknown_ids(store: Store) -> None:

@@ -12,17 +12,29 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from budgeteer.domain.job import Job
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.job import JobSpec, jobs_from_specs
-from budgeteer.store.base import Store, Submission
+from budgeteer.store.base import Store, Submission, SubmitRequest
 
 #: Why a spec without a command is refused.
 REQUIRED = "required: this service's backend runs commands"
 
 
-def submit_specs(
+def submit_specs(store: Store, specs: Sequence[JobSpec], **how: Any) -> Submission:
+    """Convert ``specs`` and store them as one submission (see :func:`prepare`)."""
+    request = prepare(store, specs, **how)
+    return store.submit(
+        request.jobs,
+        at=request.at,
+        idempotency_key=request.idempotency_key,
+        request_hash=request.request_hash,
+    )
+
+
+def prepare(
     store: Store,
     specs: Sequence[JobSpec],
     *,
@@ -37,8 +49,9 @@ def submit_specs(
     positions: Sequence[int] | None = None,
     single: bool = False,
     require_command: bool = False,
-) -> Submission:
-    """Convert ``specs`` and store them as one submission (see the module docstring).
+) -> SubmitRequest:
+    """Convert ``specs`` into the request that stores them as one submission (see the module
+    docstring).
     ``first_seq(n)`` hands out the first of ``n`` sequence numbers (default: the store's
     next); raises :class:`~budgeteer.errors.SpecErrors` naming every bad field, and stores
     nothing then. With ``require_command`` (the backend runs commands) every spec needs one."""
@@ -74,4 +87,4 @@ def submit_specs(
             )
             for j in jobs
         ]
-    return store.submit(jobs, at=now, idempotency_key=idempotency_key, request_hash=request_hash)
+    return SubmitRequest(tuple(jobs), now, idempotency_key, request_hash)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from budgeteer.api.batcher import SubmitBatcher
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock, SystemClock
 from budgeteer.core import FrontCache, Plan, Policy, Snapshot
@@ -55,12 +56,15 @@ class ApiContext:
     session_hours: float = 12.0
     front_cache: FrontCache = field(init=False, default_factory=FrontCache)
     prices: OnDemandPrices = field(init=False)
+    #: concurrent submissions share a trip to the store (:mod:`budgeteer.api.batcher`)
+    submissions: SubmitBatcher = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _seq: int | None = field(init=False, default=None)
     _tokens: dict[str, tuple[float, ApiToken | None]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.prices = OnDemandPrices(self.catalog)
+        self.submissions = SubmitBatcher(self.store.submit_many)
 
     def next_seq(self, count: int = 1) -> int:
         """The first of ``count`` submission sequence numbers for new jobs: read from the store

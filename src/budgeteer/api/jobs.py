@@ -10,7 +10,9 @@ import secrets
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
+from anyio import to_thread
 from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from budgeteer.addresses import private_literal
@@ -22,7 +24,7 @@ from budgeteer.commands import command_allowed
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.intake import submit_specs
+from budgeteer.intake import prepare
 from budgeteer.spec.job import JobSpec
 from budgeteer.store import JobFilter, Submission, UnknownJob
 
@@ -75,24 +77,24 @@ def _hash(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _submit(
+async def _submit(
     ctx: Ctx,
     who: Person,
     specs: list[JobSpec],
     body: BaseModel,
     idempotency_key: str | None,
-    response: Response,
     *,
     ids: Callable[[Job], str],
     existing: dict[str, str] | None = None,
     single: bool = False,
 ) -> Submission:
-    """Convert and store the jobs atomically (:mod:`budgeteer.intake`, the CLI's path too); an
-    idempotency key is scoped to the caller's credential and bound to the body it came with. A
-    replay is flagged in ``Idempotent-Replayed``."""
+    """Convert the jobs and store them atomically (:mod:`budgeteer.intake`, the CLI's path
+    too), in a batch with the concurrent submissions of this process
+    (:mod:`budgeteer.api.batcher`); an idempotency key is scoped to the caller's credential
+    and bound to the body it came with."""
     _check_runnable(ctx, specs, single)
     try:
-        result = submit_specs(
+        request = prepare(
             ctx.store,
             specs,
             now=ctx.clock.now(),
@@ -111,9 +113,13 @@ def _submit(
         if simulated is not None:  # "not after 07:27" at 06:28 wall time needs saying why
             problem.detail += f" ({simulated.sentence()})"
         raise problem from None
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return result
+    return await ctx.submissions.submit(request)
+
+
+def _created(status: int, body: dict[str, Any], replayed: bool) -> JSONResponse:
+    """The answer to a submission (a replay is flagged in ``Idempotent-Replayed``)."""
+    headers = {"Idempotent-Replayed": "true"} if replayed else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _unprocessable(field: str, problem: str) -> Problem:
@@ -167,19 +173,42 @@ def _check_team(who: Person, team: str, field: str) -> None:
 
 
 @router.post("/jobs", status_code=201, response_model=Created)
-def submit_job(
+async def submit_job(
     spec: Annotated[JobSpec, Body()],
     ctx: Ctx,
     who: Person,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> Created:
+) -> Response:
     """Submit a job. With ``Idempotency-Key``, a retry with the same body returns the same job
     (``Idempotent-Replayed: true``); the same key with another body is a 409."""
     _check_team(who, spec.team, "team")
     for k, dep in enumerate(spec.depends_on):
         if dep.job == spec.name:
             raise _unprocessable(f"depends_on[{k}].job", "a job cannot depend on itself")
+    if spec.depends_on:
+        await to_thread.run_sync(_check_upstream, ctx, who, spec)
+    new_id = _new_id(spec.name)
+    result = await _submit(
+        ctx,
+        who,
+        [spec],
+        spec,
+        idempotency_key,
+        ids=lambda _job: new_id,
+        existing={d.job: d.job for d in spec.depends_on},
+        single=True,
+    )
+    job_id = result.job_ids[0]
+    state = JobState.SUBMITTED
+    if result.replayed:
+        state = (await to_thread.run_sync(ctx.store.job, job_id)).state
+    body = {"id": job_id, "state": state.value, "links": links(job_id)}
+    return _created(201, body, result.replayed)
+
+
+def _check_upstream(ctx: Ctx, who: Person, spec: JobSpec) -> None:
+    """Every job ``spec`` depends on exists and the caller may see it."""
+    for k, dep in enumerate(spec.depends_on):
         try:
             _visible(ctx, who, dep.job)
         except Problem:
@@ -189,52 +218,43 @@ def submit_job(
                 f"{field}: unknown job {dep.job!r}",
                 [{"field": field, "problem": "unknown job"}],
             ) from None
-    new_id = _new_id(spec.name)
-    result = _submit(
-        ctx,
-        who,
-        [spec],
-        spec,
-        idempotency_key,
-        response,
-        ids=lambda _job: new_id,
-        existing={d.job: d.job for d in spec.depends_on},
-        single=True,
-    )
-    job_id = result.job_ids[0]
-    state = ctx.store.job(job_id).state if result.replayed else JobState.SUBMITTED
-    return Created(id=job_id, state=state.value, links=links(job_id))
 
 
 @router.post("/pipelines", status_code=201, response_model=PipelineCreated)
-def submit_pipeline(
+async def submit_pipeline(
     spec: Annotated[PipelineSpec, Body()],
     ctx: Ctx,
     who: Person,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> PipelineCreated:
+) -> Response:
     """Submit a DAG of jobs atomically; a dependency cycle is a 422 naming the cycle."""
     for i, job_spec in enumerate(spec.jobs):
         _check_team(who, job_spec.team, f"jobs[{i}].team")
     project = spec.project or spec.name
     specs = [s.model_copy(update={"project": project}) for s in spec.jobs]
     suffix = secrets.token_hex(4)
-    result = _submit(
+    result = await _submit(
         ctx,
         who,
         specs,
         spec,
         idempotency_key,
-        response,
         ids=lambda job: f"{spec.name[:24]}.{job.id[:40]}-{suffix}",
     )
-    handles = {}
-    for s, job_id in zip(spec.jobs, result.job_ids, strict=True):
-        handles[s.name] = Created(
-            id=job_id, state=ctx.store.job(job_id).state.value, links=links(job_id)
-        )
-    return PipelineCreated(name=spec.name, jobs=handles)
+
+    def states() -> list[JobState]:  # a replay: where its jobs are now
+        return [ctx.store.job(job_id).state for job_id in result.job_ids]
+
+    now = await to_thread.run_sync(states) if result.replayed else None
+    handles = {
+        s.name: {
+            "id": job_id,
+            "state": (now[i] if now else JobState.SUBMITTED).value,
+            "links": links(job_id),
+        }
+        for i, (s, job_id) in enumerate(zip(spec.jobs, result.job_ids, strict=True))
+    }
+    return _created(201, {"name": spec.name, "jobs": handles}, result.replayed)
 
 
 @router.get("/jobs")

@@ -38,7 +38,7 @@ from budgeteer.scheduler.parking import ParkingLot
 from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
-from budgeteer.store.base import Store
+from budgeteer.store.base import Move, Store
 
 S = JobState
 _PATH_TO_PROVISIONING = {
@@ -206,13 +206,15 @@ class Scheduler:
         moved them since)."""
         now = self.clock.now()
         jobs = {j.id: j for j in snapshot.jobs}
-        for failure in plan.dependency_failures:
-            self.store.transition(
-                failure.job_id, S.DEPENDENCY_FAILED, at=now, cause=failure.message
-            )
-        for expiry in plan.expired:
-            cause = f"{expiry.message} (on_deadline_miss: cancel)"
-            self.store.transition(expiry.job_id, S.CANCELLED, at=now, cause=cause)
+        # jobs that end or wait move in one transaction (one commit for a whole queue held)
+        moves = [
+            Move(failure.job_id, S.DEPENDENCY_FAILED, failure.message)
+            for failure in plan.dependency_failures
+        ]
+        moves += [
+            Move(expiry.job_id, S.CANCELLED, f"{expiry.message} (on_deadline_miss: cancel)")
+            for expiry in plan.expired
+        ]
         for hold in plan.holds:
             job = jobs[hold.job_id]
             self.parking.park(hold, job, now, snapshot.offerings)
@@ -220,7 +222,8 @@ class Scheduler:
                 report.quarantined.append(job.id)
             target = S.WAITING if hold.reason is HoldReason.DEPENDENCIES else S.HELD
             if job.state is S.SUBMITTED or (job.state is S.QUEUED and target is S.HELD):
-                self.store.transition(hold.job_id, target, at=now, cause=hold.message)
+                moves.append(Move(hold.job_id, target, hold.message))
+        self.store.transitions(moves, at=now)
         for admission in plan.admissions:
             if self.launcher.backing_off(admission.job_id, now):
                 continue  # after a failed run

@@ -7,7 +7,8 @@ Contract (every implementation passes ``tests/test_store_contract.py``):
   different request under the same key raises :class:`IdempotencyConflict`; nothing is written.
 - ``transition`` appends an event and moves the job's state in one atomic step, only along the
   lifecycle table (:class:`~budgeteer.domain.lifecycle.IllegalTransition` otherwise, nothing
-  written); the state is always the fold of the events.
+  written); the state is always the fold of the events. ``transitions`` does several such
+  moves in one atomic step: all of them, or (one illegal or unknown) none.
 - Ledger amounts are exact ``Decimal``; an entry is identified by (attempt, interval start), so
   recording the same interval twice is a no-op, never a double charge.
 - Unknown ids raise :class:`UnknownJob`. Errors are final (``transient = False``) unless the
@@ -51,6 +52,35 @@ class Submission:
 
     job_ids: tuple[str, ...]
     replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """One ``submit`` call as data (for :meth:`Store.submit_many`): its jobs, time and
+    idempotency key with the request's hash."""
+
+    jobs: tuple[Job, ...]
+    at: datetime
+    idempotency_key: str | None
+    request_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One job's move in :meth:`Store.transitions`."""
+
+    job_id: str
+    to_state: JobState
+    cause: str
+
+
+def check_distinct(moves: Sequence[Move]) -> None:
+    """A job moves at most once per :meth:`Store.transitions` call."""
+    seen: set[str] = set()
+    for move in moves:
+        if move.job_id in seen:
+            raise ValueError(f"job {move.job_id!r} appears twice in one batch of transitions")
+        seen.add(move.job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +192,12 @@ class Store(Protocol):
         """Store ``jobs`` with their ``submitted`` events, atomically and idempotently."""
         ...
 
+    def submit_many(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
+        """Several independent :meth:`submit` calls, each with its own outcome (its
+        submission, or the error ``submit`` would raise), in order; a store may write them in
+        one transaction (the API's batches of concurrent requests)."""
+        ...
+
     def job(self, job_id: str) -> Job:
         """The job with its current state; raises :class:`UnknownJob`."""
         ...
@@ -172,6 +208,11 @@ class Store(Protocol):
 
     def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
         """Move the job along the lifecycle, appending the event; atomic."""
+        ...
+
+    def transitions(self, moves: Sequence[Move], *, at: datetime) -> list[JobEvent]:
+        """Several :meth:`transition` s in one atomic step (one commit, for the loop's holds):
+        all or none; a job appears at most once."""
         ...
 
     def events(self, job_id: str) -> list[JobEvent]:

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from budgeteer.domain.job import Job, JobState
-from budgeteer.domain.lifecycle import JobEvent, check_transition
+from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store.base import (
     AlreadyExists,
@@ -20,12 +20,15 @@ from budgeteer.store.base import (
     IdempotencyConflict,
     JobFilter,
     LedgerEntry,
+    Move,
     NotFound,
     ProgressReport,
     Submission,
+    SubmitRequest,
     UnknownJob,
     WebhookDelivery,
     WebSession,
+    check_distinct,
 )
 
 
@@ -33,7 +36,7 @@ class MemoryStore:
     """Implements :class:`~budgeteer.store.base.Store` in process memory, thread-safely."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # transitions() calls transition()
         self._jobs: dict[str, Job] = {}
         self._in_state: dict[JobState, dict[str, None]] = {}  # job ids by state, in order
         self._position: dict[str, int] = {}  # submission order
@@ -67,7 +70,8 @@ class MemoryStore:
                         f"idempotency key {idempotency_key!r} was used with a different request"
                     )
                 return Submission(ids, replayed=True)
-            clash = [j.id for j in jobs if j.id in self._jobs]
+            new = [j.id for j in jobs]
+            clash = [i for n, i in enumerate(new) if i in self._jobs or i in new[:n]]
             if clash:
                 raise IdempotencyConflict(f"job id {clash[0]!r} exists already")
             for job in jobs:
@@ -83,6 +87,23 @@ class MemoryStore:
             if idempotency_key is not None:
                 self._keys[idempotency_key] = (request_hash, ids)
             return Submission(ids, replayed=False)
+
+    def submit_many(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        out: list[Submission | BaseException] = []
+        for r in requests:
+            try:
+                out.append(
+                    self.submit(
+                        r.jobs,
+                        at=r.at,
+                        idempotency_key=r.idempotency_key,
+                        request_hash=r.request_hash,
+                    )
+                )
+            except (IdempotencyConflict, IllegalTransition) as exc:
+                out.append(exc)
+        return out
 
     def job(self, job_id: str) -> Job:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -113,6 +134,16 @@ class MemoryStore:
             del self._in_state[job.state][job_id]
             self._in_state.setdefault(to_state, {})[job_id] = None
             return event
+
+    def transitions(self, moves: Sequence[Move], *, at: datetime) -> list[JobEvent]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            check_distinct(moves)
+            for move in moves:
+                if move.job_id not in self._jobs:
+                    raise UnknownJob(f"no job {move.job_id!r}")
+                check_transition(move.job_id, self._jobs[move.job_id].state, move.to_state)
+            return [self.transition(m.job_id, m.to_state, at=at, cause=m.cause) for m in moves]
 
     def events(self, job_id: str) -> list[JobEvent]:
         """See :class:`~budgeteer.store.base.Store`."""

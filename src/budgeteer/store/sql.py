@@ -27,14 +27,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from budgeteer.domain.job import Job, JobState
-from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
+from budgeteer.domain.lifecycle import IllegalTransition, JobEvent
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
     Attempt,
     IdempotencyConflict,
     LedgerEntry,
+    Move,
     Submission,
+    SubmitRequest,
     UnknownJob,
 )
 from budgeteer.store.codec import job_from_dict
@@ -45,8 +47,9 @@ from budgeteer.store.leader import (
     LocalLeaderLock,
     PostgresLeaderLock,
 )
+from budgeteer.store.sql_moves import move_in
 from budgeteer.store.sql_service import ServiceTables
-from budgeteer.store.sql_submit import SubmitRequest, submit_in
+from budgeteer.store.sql_submit import submit_in
 from budgeteer.store.sql_support import (
     MIGRATIONS,
     RETRY_DELAYS_SECONDS,
@@ -72,7 +75,7 @@ class SqlStore(ServiceTables):
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine)
             self._writer = threading.Lock()
-        self._submissions: GroupCommit[SubmitRequest, Submission] = GroupCommit(self._submit_batch)
+        self._submissions: GroupCommit[SubmitRequest, Submission] = GroupCommit(self.submit_many)
         try:
             migrate(self.engine)
         except sa.exc.OperationalError as exc:
@@ -120,9 +123,9 @@ class SqlStore(ServiceTables):
             SubmitRequest(tuple(jobs), at, idempotency_key, request_hash)
         )
 
-    def _submit_batch(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
-        """Store a batch of submissions in one transaction; on a race with another process
-        (a unique key taken meanwhile), each alone."""
+    def submit_many(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
+        """See :class:`~budgeteer.store.base.Store`: one transaction for the batch; on a race
+        with another process (a unique key taken meanwhile), each alone."""
         try:
             with self._tx() as conn:
                 return submit_in(conn, requests)
@@ -174,32 +177,12 @@ class SqlStore(ServiceTables):
 
     def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
         """See :class:`~budgeteer.store.base.Store`."""
+        return self.transitions([Move(job_id, to_state, cause)], at=at)[0]
+
+    def transitions(self, moves: Sequence[Move], *, at: datetime) -> list[JobEvent]:
+        """See :class:`~budgeteer.store.base.Store`."""
         with self._tx() as conn:
-            query = sa.select(t.jobs.c.state).where(t.jobs.c.id == job_id)
-            if self.engine.dialect.name == "postgresql":
-                query = query.with_for_update()
-            row = conn.execute(query).first()
-            if row is None:
-                raise UnknownJob(f"no job {job_id!r}")
-            current = JobState(row.state)
-            check_transition(job_id, current, to_state)
-            seq = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(t.job_events)
-                .where(t.job_events.c.job_id == job_id)
-            ).scalar_one()
-            conn.execute(
-                t.job_events.insert().values(
-                    job_id=job_id,
-                    seq=seq,
-                    at=at,
-                    from_state=current.value,
-                    to_state=to_state.value,
-                    cause=cause,
-                )
-            )
-            conn.execute(t.jobs.update().where(t.jobs.c.id == job_id).values(state=to_state.value))
-            return JobEvent(job_id, seq, at, current, to_state, cause)
+            return move_in(conn, moves, at)
 
     def events(self, job_id: str) -> list[JobEvent]:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.job import JobState
 from budgeteer.domain.lifecycle import check_transition
 from budgeteer.store import schema as t
-from budgeteer.store.base import IdempotencyConflict, Submission
+from budgeteer.store.base import IdempotencyConflict, Submission, SubmitRequest
 from budgeteer.store.codec import job_to_dict
 from budgeteer.store.sql_support import replay_row
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitRequest:
-    """One ``submit`` call: its jobs, time and idempotency key with the request's hash."""
-
-    jobs: tuple[Job, ...]
-    at: datetime
-    idempotency_key: str | None
-    request_hash: str
 
 
 @dataclass(frozen=True, slots=True)
