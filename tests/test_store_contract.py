@@ -132,7 +132,10 @@ def test_a_batch_of_transitions_moves_every_job_or_none(store: Store) -> None:
 
 def test_submissions_in_one_batch_keep_their_own_outcomes(store: Store) -> None:
     """``submit_many`` (the API's batch of concurrent requests): a key used twice replays, the
-    key with another body and a job id used twice are conflicts; the others are stored."""
+    key with another body and a job id used twice are conflicts; the others are stored.
+    Keys and ids stored before the batch count too (the SQL store's optimistic write finds
+    them and writes the batch the careful way)."""
+    store.submit([make_job("z")], at=NOW, idempotency_key="old", request_hash="h0")
     out = store.submit_many(
         [
             SubmitRequest((make_job("a"),), NOW, "k", "h"),
@@ -141,6 +144,8 @@ def test_submissions_in_one_batch_keep_their_own_outcomes(store: Store) -> None:
             SubmitRequest((make_job("a"),), NOW, None, ""),  # a's id again
             SubmitRequest((make_job("d"), make_job("d")), NOW, None, ""),  # twice in itself
             SubmitRequest((make_job("e"),), NOW, None, ""),
+            SubmitRequest((make_job("y"),), NOW, "old", "h0"),  # a retry of an earlier one
+            SubmitRequest((make_job("z"),), NOW, None, ""),  # an id stored before
         ]
     )
     assert out[0] == Submission(("a",), replayed=False)
@@ -149,7 +154,17 @@ def test_submissions_in_one_batch_keep_their_own_outcomes(store: Store) -> None:
     assert isinstance(out[3], IdempotencyConflict)
     assert isinstance(out[4], IdempotencyConflict)
     assert out[5] == Submission(("e",), replayed=False)
-    assert sorted(j.id for j in store.jobs()) == ["a", "e"]
+    assert out[6] == Submission(("z",), replayed=True)
+    assert isinstance(out[7], IdempotencyConflict)
+    assert sorted(j.id for j in store.jobs()) == ["a", "e", "z"]
+    # the optimistic path alone: every key and id new
+    fresh = store.submit_many(
+        [
+            SubmitRequest((make_job("f"),), NOW, "kf", "h"),
+            SubmitRequest((make_job("g"),), NOW, "kf", "h"),
+        ]
+    )
+    assert fresh == [Submission(("f",), replayed=False), Submission(("f",), replayed=True)]
     assert [e.to_state for e in store.events("e")] == [S.SUBMITTED]
 
 

@@ -17,6 +17,7 @@ ledger's key per attempt and start, idempotency keys, the lifecycle table).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -49,7 +50,7 @@ from budgeteer.store.leader import (
 )
 from budgeteer.store.sql_moves import move_in
 from budgeteer.store.sql_service import ServiceTables
-from budgeteer.store.sql_submit import submit_in
+from budgeteer.store.sql_submit import KeysSeen, submit_fresh, submit_in
 from budgeteer.store.sql_support import (
     MIGRATIONS,
     RETRY_DELAYS_SECONDS,
@@ -72,6 +73,7 @@ class SqlStore(ServiceTables):
         self.url = url
         self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
         self._writer: threading.Lock | None = None
+        self._decoded: dict[str, Job] = {}  # job id → its job as stored (see ``jobs``)
         if self.engine.dialect.name == "sqlite":
             _sqlite_setup(self.engine)
             self._writer = threading.Lock()
@@ -124,8 +126,17 @@ class SqlStore(ServiceTables):
         )
 
     def submit_many(self, requests: Sequence[SubmitRequest]) -> list[Submission | BaseException]:
-        """See :class:`~budgeteer.store.base.Store`: one transaction for the batch; on a race
-        with another process (a unique key taken meanwhile), each alone."""
+        """See :class:`~budgeteer.store.base.Store`: one transaction for the batch, written
+        optimistically (new keys and ids: the fewest statements), else carefully (read the
+        keys and ids first); on a race with another process (a unique key taken meanwhile),
+        each alone."""
+        try:
+            with self._tx() as conn:
+                return submit_fresh(conn, requests)
+        except KeysSeen:
+            pass  # retries among them: written the careful way below
+        except sa.exc.IntegrityError:
+            pass  # a job id exists: the careful way finds which
         try:
             with self._tx() as conn:
                 return submit_in(conn, requests)
@@ -168,12 +179,31 @@ class SqlStore(ServiceTables):
         return job_from_dict(row.spec, JobState(row.state))
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
-        """See :class:`~budgeteer.store.base.Store`."""
-        query = sa.select(t.jobs).order_by(t.jobs.c.seq, t.jobs.c.id)
+        """See :class:`~budgeteer.store.base.Store`. A job's spec never changes once stored,
+        so specs decoded before are kept (:attr:`_decoded`): the scheduler reads every live job
+        each cycle, and only the new ones' specs are fetched and decoded again."""
+        query = sa.select(t.jobs.c.id, t.jobs.c.state).order_by(t.jobs.c.seq, t.jobs.c.id)
         if states is not None:
             query = query.where(t.jobs.c.state.in_([s.value for s in states]))
         with self.engine.connect() as conn:
-            return [job_from_dict(r.spec, JobState(r.state)) for r in conn.execute(query)]
+            rows = conn.execute(query).all()
+            decoded = self._decoded
+            missing = [r.id for r in rows if r.id not in decoded]
+            for start in range(0, len(missing), 500):
+                chunk = missing[start : start + 500]
+                for r in conn.execute(
+                    sa.select(t.jobs.c.id, t.jobs.c.spec).where(t.jobs.c.id.in_(chunk))
+                ):
+                    decoded[r.id] = job_from_dict(r.spec, JobState.SUBMITTED)
+        out = []
+        for r in rows:
+            job = decoded[r.id]
+            if job.state.value != r.state:
+                job = decoded[r.id] = dataclasses.replace(job, state=JobState(r.state))
+            out.append(job)
+        if len(decoded) > 2 * len(out) + 1024:  # forget jobs no longer asked for
+            self._decoded = {j.id: decoded[j.id] for j in out}
+        return out
 
     def transition(self, job_id: str, to_state: JobState, *, at: datetime, cause: str) -> JobEvent:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from budgeteer.domain.job import JobState
@@ -26,6 +27,34 @@ class _Known:
     job_ids: list[str]
 
 
+class KeysSeen(Exception):
+    """Some idempotency keys of the batch were stored before (retries): the optimistic
+    write is rolled back and the batch written the careful way, :func:`submit_in`."""
+
+
+def submit_fresh(
+    conn: Connection, requests: Sequence[SubmitRequest]
+) -> list[Submission | BaseException]:
+    """The usual batch, in the fewest statements: assume its idempotency keys and job ids are
+    new. Claims the keys with ``INSERT … ON CONFLICT DO NOTHING RETURNING`` (raises
+    :class:`KeysSeen` if one was there), then inserts the jobs (an id that exists raises
+    ``IntegrityError``). Either way the caller rolls back, and nothing is written."""
+    outcomes, jobs, events, new_keys = _sort(requests, {}, set())
+    if new_keys:
+        claim = _insert_new(conn, t.idempotency_keys).returning(t.idempotency_keys.c.key)
+        claimed = {row.key for row in conn.execute(claim, new_keys)}
+        if len(claimed) < len(new_keys):
+            raise KeysSeen
+    _insert(conn, jobs, events, [])
+    return outcomes
+
+
+def _insert_new(conn: Connection, table: sa.Table) -> Any:
+    """``INSERT`` that skips rows whose key exists (both dialects say it the same way)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table).on_conflict_do_nothing()
+
+
 def submit_in(
     conn: Connection, requests: Sequence[SubmitRequest]
 ) -> list[Submission | BaseException]:
@@ -41,6 +70,19 @@ def submit_in(
     if ids:
         match = t.jobs.c.id == ids[0] if len(ids) == 1 else t.jobs.c.id.in_(ids)
         taken = {row.id for row in conn.execute(sa.select(t.jobs.c.id).where(match))}
+    outcomes, jobs, events, new_keys = _sort(requests, known, taken)
+    _insert(conn, jobs, events, new_keys)
+    return outcomes
+
+
+Rows = list[dict[str, Any]]
+
+
+def _sort(
+    requests: Sequence[SubmitRequest], known: dict[str, Any], taken: set[str]
+) -> tuple[list[Submission | BaseException], Rows, Rows, Rows]:
+    """Each request's outcome given the keys ``known`` and the job ids ``taken`` (both grow
+    with the batch's own), and the rows to insert for the stored ones."""
     outcomes: list[Submission | BaseException] = []
     jobs: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
@@ -91,9 +133,12 @@ def submit_in(
             new_keys.append({"key": key, "request_hash": r.request_hash, "job_ids": mine})
             known[key] = _Known(r.request_hash, mine)
         outcomes.append(Submission(tuple(mine), replayed=False))
+    return outcomes, jobs, events, new_keys
+
+
+def _insert(conn: Connection, jobs: Rows, events: Rows, new_keys: Rows) -> None:
     if jobs:
         conn.execute(t.jobs.insert(), jobs)
         conn.execute(t.job_events.insert(), events)
     if new_keys:
         conn.execute(t.idempotency_keys.insert(), new_keys)
-    return outcomes
