@@ -4,6 +4,7 @@ succeeds once, nothing is launched twice, and the ledger is exact and contiguous
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from budgeteer.domain.job import JobState
 from budgeteer.store import SqlStore
+from builders import NOW, make_job
 from conftest import PrivatePostgres
 from test_cli import budgeteer
 
@@ -74,5 +76,30 @@ def test_postgres_restarting_during_a_run(
             billed = sum((e.amount_usd for e in entries), Decimal(0))
             # each entry is rounded half-even to the ledger's 10⁻⁸ USD, and no further
             assert abs(billed - expected) <= len(entries) * Decimal("0.5e-8")
+    finally:
+        store.close()
+
+
+def test_after_a_restart_the_first_call_reconnects_every_pooled_connection(
+    private_postgres: PrivatePostgres,
+) -> None:
+    """Connections in the pool die with the server; the store keeps no ``pre_ping`` (a round
+    trip per transaction), so the first call meets a dead one: SQLAlchemy then discards the
+    whole pool and the store's retry reconnects — each call after the restart succeeds, from
+    any thread, without ``StoreUnavailable``."""
+    store = SqlStore(private_postgres.url)
+    try:
+        store.submit([make_job("a")], at=NOW)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:  # fill the pool
+            assert all(
+                j == ["a"] for j in pool.map(lambda _: [x.id for x in store.jobs()], range(8))
+            )
+        private_postgres.stop()
+        private_postgres.start()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            seen = list(pool.map(lambda _: [x.id for x in store.jobs()], range(8)))
+        assert seen == [["a"]] * 8
+        store.submit([make_job("b")], at=NOW)
+        assert [j.id for j in store.jobs()] == ["a", "b"]
     finally:
         store.close()

@@ -6,8 +6,9 @@ one transaction. On SQLite, writers take the lock up front (``BEGIN IMMEDIATE``)
 Transient database errors are handled in one place for every method (the way APScheduler 4's
 stores share a retry mixin): a lost connection, a server that is restarting, a lock timeout —
 SQLAlchemy's ``OperationalError`` and ``InterfaceError``, or any error that invalidated the
-connection — are retried after ``RETRY_DELAYS_SECONDS`` (the pool reconnects, ``pre_ping``
-discards dead connections), then reported as :class:`StoreUnavailable` (``transient``): the
+connection — are retried after ``RETRY_DELAYS_SECONDS`` (the first error on a dead connection
+makes SQLAlchemy discard the whole pool, so the retry reconnects; no ``pre_ping``, which cost
+a round trip per transaction), then reported as :class:`StoreUnavailable` (``transient``): the
 scheduler's driver retries the cycle, the API answers 503. Other errors are final and never
 retried. Every method is one transaction, so a failed try wrote nothing; the writes a retry
 could repeat after a commit whose answer was lost are guarded by the store's own checks (the
@@ -71,7 +72,7 @@ class SqlStore(ServiceTables):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
+        self.engine = sa.create_engine(url, future=True)
         self._writer: threading.Lock | None = None
         self._decoded: dict[str, Job] = {}  # job id → its job as stored (see ``jobs``)
         if self.engine.dialect.name == "sqlite":
