@@ -4,7 +4,9 @@ missing Ray is a failure (``.ci/run`` installs ``ray[default]``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from budgeteer.backends import LaunchFailed, LaunchRequest, RunState
+from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.ray import RayBackend
 from budgeteer.clock import ManualClock
 from budgeteer.domain.offering import Market
@@ -25,7 +27,8 @@ T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
 PY = sys.executable
 SPOT = make_offering("ray-spot", market=Market.SPOT, price=0.9)
 OD = make_offering("ray-od", price=3.06)
-PLACEMENTS = {SPOT.id: "budgeteer-spot", OD.id: "budgeteer-od"}
+SCARCE = make_offering("ray-scarce", price=5.0)
+PLACEMENTS = {SPOT.id: "budgeteer-spot", OD.id: "budgeteer-od", SCARCE.id: "budgeteer-scarce"}
 
 
 class _Cluster:
@@ -38,16 +41,48 @@ class _Cluster:
                 "num_cpus": 1,
                 "include_dashboard": True,
                 "dashboard_port": 0,
-                "resources": {"budgeteer-od": 4},
+                "resources": {"budgeteer-od": 4, "budgeteer-scarce": 1},
             },
         )
         self.spot_node = self.add_spot()
         self.address = f"http://{self.cluster.webui_url}"
+        self.gcs = self.cluster.address
 
     def add_spot(self) -> Any:
         node = self.cluster.add_node(num_cpus=1, resources={"budgeteer-spot": 4})
         self.cluster.wait_for_nodes()
         return node
+
+    def replace_spot(self) -> None:
+        """A fresh spot node for the next test, the old one (drained or killed) gone."""
+        if self.spot_node is not None:
+            with contextlib.suppress(Exception):  # a drained node may have exited already
+                self.cluster.remove_node(self.spot_node, allow_graceful=False)
+        self.spot_node = self.add_spot()
+
+    def drain(self, node: Any, deadline_seconds: int = 60) -> None:
+        """What the autoscaler (or KubeRay) does before a spot instance is taken back."""
+        subprocess.run(
+            [
+                PY,
+                "-m",
+                "ray.scripts.scripts",
+                "drain-node",
+                "--address",
+                self.gcs,
+                "--node-id",
+                node.node_id,
+                "--reason",
+                "DRAIN_NODE_REASON_PREEMPTION",
+                "--reason-message",
+                "spot instance reclaimed",
+                "--deadline-remaining-seconds",
+                str(deadline_seconds),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +98,7 @@ def cluster() -> Iterator[_Cluster]:
 
 @pytest.fixture
 def backend(cluster: _Cluster) -> Iterator[RayBackend]:
-    b = RayBackend(ManualClock(T0), cluster.address, PLACEMENTS)
+    b = RayBackend(ManualClock(T0), cluster.address, PLACEMENTS, gcs_address=cluster.gcs)
     yield b
     for handle in b.live():
         b.stop(handle, "test teardown")
@@ -143,12 +178,57 @@ def test_a_spot_node_taken_away_preempts_its_job(
     handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(ready)], offering=SPOT))
     until(ready.exists)
     cluster.cluster.remove_node(cluster.spot_node, allow_graceful=False)
+    cluster.spot_node = None
     try:
         status = settle(backend, handle)
         assert status.state is RunState.PREEMPTED, status
         assert status.reason.startswith("node lost")
     finally:
-        cluster.spot_node = cluster.add_spot()
+        cluster.replace_spot()
+
+
+_TERM_SCRIPT = (
+    "import signal, sys, time, pathlib; "
+    "signal.signal(signal.SIGTERM, "
+    "lambda *a: (pathlib.Path(sys.argv[1]).write_text('TERM'), sys.exit(75))); "
+    "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
+)
+
+
+def test_a_drained_spot_node_gives_its_job_the_notice_and_the_attempt_is_preempted(
+    backend: RayBackend, cluster: _Cluster, tmp_path: Path
+) -> None:
+    noticed = tmp_path / "noticed"
+    handle = backend.launch(
+        _request(tmp_path, [PY, "-c", _TERM_SCRIPT, str(noticed)], offering=SPOT)
+    )
+    until(Path(f"{noticed}.ready").exists)
+    assert backend.status(handle).state is RunState.RUNNING
+    cluster.drain(cluster.spot_node)
+    try:
+        status = settle(backend, handle)
+        assert status.state is RunState.PREEMPTED, status  # never failed, never "stopped"
+        assert "drained" in status.reason
+        assert noticed.read_text() == "TERM"  # it had its notice: time to checkpoint
+        time.sleep(1.5)  # past the node reading's reuse
+        with pytest.raises(CapacityUnavailable, match="no node carries 'budgeteer-spot'"):
+            backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=SPOT))
+    finally:
+        cluster.replace_spot()
+
+
+def test_capacity_comes_from_the_cluster_nodes(backend: RayBackend, tmp_path: Path) -> None:
+    """One node carries one unit of ``budgeteer-scarce``: a second attempt is refused up front
+    (the scheduler backs off) rather than left pending in Ray's queue."""
+    first = backend.launch(
+        _request(tmp_path, [PY, "-c", "import time; time.sleep(600)"], offering=SCARCE)
+    )
+    with pytest.raises(CapacityUnavailable, match="1 of 1 'budgeteer-scarce' in use, 1 asked"):
+        backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=SCARCE))
+    backend.stop(first, "make room")
+    assert settle(backend, first).state is RunState.STOPPED
+    second = backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=SCARCE))
+    assert settle(backend, second).state is RunState.SUCCEEDED
 
 
 def test_budgeteer_run_on_ray_from_a_config(cluster: _Cluster, tmp_path: Path) -> None:

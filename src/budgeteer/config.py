@@ -87,6 +87,10 @@ class RayConfig(_Strict):
 
     kind: Literal["ray"]
     address: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=512)]
+    #: the cluster's GCS (``host:port``, printed by ``ray start --head``): capacity from its
+    #: nodes and the drain notice; without it Ray queues what does not fit and only a node's
+    #: death is seen
+    gcs_address: Annotated[str, Field(pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")] | None = None
     workdir: Path = Path(".budgeteer")
     placements: Annotated[
         dict[str, Annotated[str, Field(min_length=1, max_length=256)]],

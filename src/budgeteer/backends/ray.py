@@ -14,8 +14,22 @@ Status from ``get_job_info``: ``PENDING`` → provisioning, ``RUNNING`` → runn
 ``FAILED`` — a failure whose message says the job's node died (how a spot node taken away shows
 in Ray) is ``preempted``; any other is ``failed`` with the entrypoint's exit code.
 
-Not yet: attempts on several nodes (placement groups), the graceful drain path (``ray
-drain-node --reason DRAIN_NODE_REASON_PREEMPTION``), capacity from the cluster's nodes.
+With ``gcs_address`` (the cluster's GCS, ``ray start --head`` prints it), the backend also reads
+the cluster's nodes (the autoscaler's view, ``ray.autoscaler.v2.sdk.get_cluster_status``):
+
+- **capacity**: an offering's units are its resource summed over the nodes that are alive and
+  not draining (start a node with ``{"budgeteer-spot": 1}`` for one instance per node); a launch
+  that would use more than are free of this backend's own attempts is refused with
+  :class:`CapacityUnavailable` (the scheduler backs off and may place it elsewhere) instead of
+  waiting in Ray's queue;
+- **the drain notice**: a node being drained (``ray drain-node --reason
+  DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds N``, what the autoscaler and KubeRay
+  do before a spot instance goes) does not signal the jobs on it, so the backend does: each
+  running attempt whose entrypoint runs there gets ``stop_job`` (SIGTERM: checkpoint and exit)
+  and ends ``preempted``, not ``stopped`` or ``failed``.
+
+Without it, nothing is refused up front and only a node's death is seen. Not yet: attempts on
+several nodes (placement groups).
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import os
 import re
 import shlex
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +46,7 @@ from typing import Any
 
 from budgeteer.backends.base import (
     Capabilities,
+    CapacityUnavailable,
     Handle,
     LaunchFailed,
     LaunchRequest,
@@ -55,11 +71,24 @@ class RayUnavailable(BudgeteerError):
     transient = True
 
 
+#: Seconds a reading of the cluster's nodes is reused (a cache of the cluster, not a decision).
+NODES_TTL_SECONDS = 1.0
+
+
 @dataclass
 class _Attempt:
     handle: Handle
+    resource: str
     notice_reason: str | None = None
+    preempted: bool = False  # the notice was the node's drain
     final: Status | None = None
+
+
+@dataclass(frozen=True)
+class _Node:
+    id: str
+    draining: bool
+    units: Mapping[str, float]
 
 
 class RayBackend(CatalogPrices):
@@ -76,9 +105,12 @@ class RayBackend(CatalogPrices):
         *,
         pass_env: tuple[str, ...] = (),
         client: Callable[[str], Any] | None = None,
+        gcs_address: str | None = None,
     ) -> None:
         self.clock = clock
         self.address = address
+        self.gcs_address = gcs_address
+        self._nodes_read: tuple[float, list[_Node]] | None = None
         self.placements = dict(placements)
         self.pass_env = pass_env
         self._client_factory = client or _job_client
@@ -90,6 +122,7 @@ class RayBackend(CatalogPrices):
     def launch(self, request: LaunchRequest) -> Handle:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         resource = self._check(request)
+        self._check_capacity(request, resource)
         sid = _submission_id(request)
         env = job_environment(
             os.environ,
@@ -119,7 +152,7 @@ class RayBackend(CatalogPrices):
             self.clock.now(),
         )
         with self._lock:
-            self._attempts[sid] = _Attempt(handle)
+            self._attempts[sid] = _Attempt(handle, resource)
         return handle
 
     def adopt(self, request: LaunchRequest) -> Handle | None:
@@ -139,7 +172,7 @@ class RayBackend(CatalogPrices):
             started,
         )
         with self._lock:
-            self._attempts[sid] = _Attempt(handle)
+            self._attempts[sid] = _Attempt(handle, self.placements.get(request.offering.id, ""))
         return handle
 
     def status(self, handle: Handle) -> Status:
@@ -152,7 +185,8 @@ class RayBackend(CatalogPrices):
         if info is None:
             status = Status(RunState.PREEMPTED, None, f"lost: Ray no longer knows {handle.id}")
         else:
-            status = _status(info, attempt.notice_reason)
+            self._watch_drain(attempt, info)
+            status = _status(info, attempt.notice_reason, attempt.preempted)
         if status.state.is_final:
             with self._lock:
                 attempt.final = status
@@ -166,8 +200,11 @@ class RayBackend(CatalogPrices):
             if attempt.final is not None or attempt.notice_reason is not None:
                 return
             attempt.notice_reason = reason
+        self._send_stop(handle.id)
+
+    def _send_stop(self, sid: str) -> None:
         try:
-            self._jobs().stop_job(handle.id)
+            self._jobs().stop_job(sid)
         except RuntimeError:
             return  # it ended meanwhile
         except (ConnectionError, OSError) as exc:
@@ -181,6 +218,53 @@ class RayBackend(CatalogPrices):
 
     def poll(self) -> None:
         """Nothing to advance: Ray runs the jobs."""
+
+    # -- the cluster's nodes --------------------------------------------------------------
+    def _check_capacity(self, request: LaunchRequest, resource: str) -> None:
+        nodes = self._nodes()
+        if nodes is None:
+            return  # no GCS address: Ray queues what does not fit
+        units = sum(n.units.get(resource, 0.0) for n in nodes if not n.draining)
+        with self._lock:
+            used = sum(
+                len(a.handle.instance_ids)
+                for a in self._attempts.values()
+                if a.final is None and a.resource == resource
+            )
+        if used + request.instances > units:
+            if units == 0:
+                why = f"no node carries {resource!r} now (none, or all draining)"
+            else:
+                why = f"{used:g} of {units:g} {resource!r} in use, {request.instances} asked for"
+            raise CapacityUnavailable(f"Ray: {why}")
+
+    def _watch_drain(self, attempt: _Attempt, info: Any) -> None:
+        """A running attempt on a draining node gets its notice (see the module docstring)."""
+        if attempt.notice_reason is not None or str(getattr(info.status, "value", "")) != "RUNNING":
+            return
+        node = getattr(info, "driver_node_id", None)
+        nodes = self._nodes()
+        if not node or nodes is None:
+            return
+        if any(n.id == node and n.draining for n in nodes):
+            with self._lock:
+                attempt.notice_reason = f"preempted: its node {node[:12]} is being drained"
+                attempt.preempted = True
+            self._send_stop(attempt.handle.id)
+
+    def _nodes(self) -> list[_Node] | None:
+        """The live nodes (``None`` without a GCS address), read at most every
+        ``NODES_TTL_SECONDS``."""
+        if self.gcs_address is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            if self._nodes_read is not None and now - self._nodes_read[0] < NODES_TTL_SECONDS:
+                return self._nodes_read[1]
+        nodes = _read_nodes(self.gcs_address)
+        with self._lock:
+            self._nodes_read = (now, nodes)
+        return nodes
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> str:
@@ -213,6 +297,25 @@ class RayBackend(CatalogPrices):
             raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
 
 
+def _read_nodes(gcs_address: str) -> list[_Node]:
+    """The cluster's live nodes as the autoscaler sees them (active, idle or draining)."""
+    from ray.autoscaler.v2.sdk import get_cluster_status  # noqa: PLC0415 - the optional extra
+
+    try:
+        status = get_cluster_status(gcs_address, timeout=5)
+    except Exception as exc:  # grpc's errors are not exported; all mean "did not answer"
+        raise RayUnavailable(f"Ray GCS at {gcs_address}: {str(exc)[:300]}") from None
+    return [
+        _Node(
+            n.node_id,
+            str(n.node_status).upper().endswith("DRAINING"),
+            {name: float(total) for name, total in n.total_resources().items()},
+        )
+        for n in (*status.active_nodes, *status.idle_nodes)
+        if n.node_id
+    ]
+
+
 def _job_client(address: str) -> Any:
     from ray.job_submission import JobSubmissionClient  # noqa: PLC0415 - an optional extra
 
@@ -230,7 +333,7 @@ def _time(ms: object) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _status(info: Any, notice_reason: str | None) -> Status:
+def _status(info: Any, notice_reason: str | None, preempted: bool = False) -> Status:
     state = str(getattr(info.status, "value", info.status))
     started, ended = _time(info.start_time), _time(info.end_time)
     code = info.driver_exit_code
@@ -241,6 +344,8 @@ def _status(info: Any, notice_reason: str | None) -> Status:
         return Status(RunState.RUNNING, started_at=started)
     if state == "SUCCEEDED":
         return Status(RunState.SUCCEEDED, 0, "exited 0", started, ended)
+    if preempted and state in ("STOPPED", "FAILED"):
+        return Status(RunState.PREEMPTED, code, notice_reason or "preempted", started, ended)
     if state == "STOPPED":
         return Status(
             RunState.STOPPED, code, notice_reason or "stopped on the cluster", started, ended

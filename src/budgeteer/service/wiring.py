@@ -100,6 +100,7 @@ class Service:
                 backend_cfg.address,
                 backend_cfg.placements,
                 pass_env=tuple(backend_cfg.pass_env),
+                gcs_address=backend_cfg.gcs_address,
             )
             backend, catalog = ray, self._placed(backend_cfg.placements)
         else:
