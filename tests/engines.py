@@ -1,23 +1,34 @@
 """What the tests of real engines (Slurm, Ray) share: requiring the engine (a failure under CI,
-a skip elsewhere), bounded waits in real time, and ``budgeteer submit`` + ``run --until-idle``
-of one small V100 job from a config."""
+a skip elsewhere), bounded waits in real time, ``budgeteer submit`` + ``run --until-idle`` of
+one small V100 job from a config, and the preempted-on-spot → resumed-on-demand story through
+the scheduler's loop."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
+import numpy as np
 import pytest
 import yaml
 
 from budgeteer.backends.base import ComputeBackend, Handle, Status
+from budgeteer.catalog import load_catalog
+from budgeteer.clock import SystemClock
 from budgeteer.domain.job import JobState
+from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.scheduler import Driver, Scheduler
+from budgeteer.spec.job import JobSpec, jobs_from_specs
 from budgeteer.store import Attempt, SqlStore
+from budgeteer.store.leader import LocalLeaderLock
 from test_cli import budgeteer
 
 PY = sys.executable
@@ -84,7 +95,9 @@ def run_one_job(
         check=False,
     )
     assert run.returncode == 0, run.stderr
-    assert "launched retrain" in run.stderr
+    if "launched retrain" not in run.stderr:
+        why = budgeteer("status", "retrain", "--config", str(cfg))
+        raise AssertionError(f"not launched: {run.stderr[-2000:]}\n{why.stdout}{why.stderr}")
     assert out.read_text() == "ok"
     store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
     try:
@@ -95,4 +108,83 @@ def run_one_job(
         assert all(e.price_source for e in entries)
         return attempt
     finally:
+        store.close()
+
+
+def resume_story(
+    tmp_path: Path,
+    backend: ComputeBackend,
+    take_spot_away: Callable[[str], None],
+    seconds: float = 240,
+) -> None:
+    """The scheduler's loop on a real engine: a job starts on the spot offering, the spot
+    capacity is taken away mid-training (``take_spot_away(job_id)``, once a checkpoint
+    exists), the job resumes from its checkpoint on the on-demand offering, and ends with
+    exactly the model of an uninterrupted run (a restart from scratch would repeat epochs);
+    every dollar is an attempt × its price, to the cent."""
+    script = Path(__file__).parents[1] / "examples" / "train_linear.py"
+    args = ["--epochs", "30", "--step-seconds", "0.02"]
+    baseline = tmp_path / "baseline.npy"
+    subprocess.run(
+        [PY, str(script), *args, "--out", str(baseline)],
+        check=True,
+        timeout=120,
+        env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
+    )
+    full = load_catalog()
+    catalog = dataclasses.replace(
+        full, offerings=tuple(o for o in full.offerings if o.id in {V100_SPOT, V100_OD})
+    )
+    clock = SystemClock()
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    sched = Scheduler(store, backend, catalog, clock, tmp_path / "work" / "checkpoints")
+    model = tmp_path / "model.npy"
+    spec = JobSpec.model_validate(
+        {
+            "name": "retrain",
+            "team": "t",
+            "resources": {"accelerators": ["V100"]},
+            "work": {"reference_hours": 0.05},
+            "sla": "2h",
+            "spot": {"allowed": True, "max_preemptions": 1},
+            "checkpoint": {"interval_minutes": 1, "restart_overhead_minutes": 1},
+            "command": [PY, str(script), *args, "--out", str(model)],
+        }
+    )
+    (job,) = jobs_from_specs([spec], now=clock.now(), known_accelerators=list(catalog.throughput))
+    store.submit([job], at=clock.now())
+    driver = Driver(sched, LocalLeaderLock(), interval_seconds=1, min_gap_seconds=0.2)
+    ck = tmp_path / "work" / "checkpoints" / job.id
+    try:
+        end = time.monotonic() + seconds
+        taken = False
+        while time.monotonic() < end and not store.job(job.id).state.is_terminal:
+            assert driver.step(), driver.last_error
+            attempts = store.attempts(job.id)
+            if not taken and attempts and attempts[0].market == "spot" and (ck / "LATEST").exists():
+                take_spot_away(job.id)  # the spot instance is taken back mid-training
+                taken = True
+            time.sleep(0.2)
+        assert store.job(job.id).state is JobState.SUCCEEDED, store.events(job.id)
+        first, second = store.attempts(job.id)
+        assert first.market == "spot"
+        assert first.outcome is AttemptOutcome.PREEMPTED, first
+        assert second.market == "on_demand"
+        # resumed, not restarted: the epochs never go back and none runs twice
+        progress = [json.loads(line) for line in (ck / "progress.jsonl").read_text().splitlines()]
+        epochs = [p["epoch"] for p in progress]
+        assert epochs == sorted(epochs)
+        assert len(set(epochs)) == len(epochs)
+        assert np.array_equal(np.load(baseline), np.load(model))  # the same model
+        total = sum((e.amount_usd for e in store.ledger(job.id)), Decimal(0))
+        recomputed = Decimal(0)
+        for a in (first, second):
+            offering = next(o for o in catalog.offerings if o.id == a.offering_id)
+            price, _ = backend.price(offering, a.started_at)
+            assert a.ended_at is not None
+            hours = Decimal(str((a.ended_at - a.started_at).total_seconds())) / Decimal(3600)
+            recomputed += price * a.instances * hours
+        assert abs(total - recomputed) < Decimal("0.01")  # to the cent
+    finally:
+        driver.close()
         store.close()

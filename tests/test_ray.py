@@ -18,17 +18,31 @@ import pytest
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.ray import RayBackend
-from budgeteer.clock import ManualClock
+from budgeteer.clock import ManualClock, SystemClock
 from budgeteer.domain.offering import Market
 from builders import make_offering
-from engines import V100_OD, V100_SPOT, engine_missing, run_one_job, settle, until
+from engines import (
+    V100_OD,
+    V100_SPOT,
+    engine_missing,
+    resume_story,
+    run_one_job,
+    settle,
+    until,
+)
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
 PY = sys.executable
 SPOT = make_offering("ray-spot", market=Market.SPOT, price=0.9)
 OD = make_offering("ray-od", price=3.06)
 SCARCE = make_offering("ray-scarce", price=5.0)
-PLACEMENTS = {SPOT.id: "budgeteer-spot", OD.id: "budgeteer-od", SCARCE.id: "budgeteer-scarce"}
+POOL = make_offering("ray-pool", price=2.0)  # one unit on each of the two nodes
+PLACEMENTS = {
+    SPOT.id: "budgeteer-spot",
+    OD.id: "budgeteer-od",
+    SCARCE.id: "budgeteer-scarce",
+    POOL.id: "budgeteer-pool",
+}
 
 
 class _Cluster:
@@ -41,15 +55,35 @@ class _Cluster:
                 "num_cpus": 1,
                 "include_dashboard": True,
                 "dashboard_port": 0,
-                "resources": {"budgeteer-od": 4, "budgeteer-scarce": 1},
+                "resources": {"budgeteer-od": 4, "budgeteer-scarce": 1, "budgeteer-pool": 1},
             },
         )
         self.spot_node = self.add_spot()
         self.address = f"http://{self.cluster.webui_url}"
         self.gcs = self.cluster.address
+        self.wait_for_job_agent()
+
+    def wait_for_job_agent(self, seconds: float = 90) -> None:
+        """Until the Jobs API takes a submission (its agent starts after the dashboard)."""
+        from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
+
+        client = JobSubmissionClient(self.address)
+        end = time.monotonic() + seconds
+        while True:
+            try:
+                sid = client.submit_job(entrypoint="true", entrypoint_num_cpus=0)
+            except RuntimeError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(1)
+                continue
+            break
+        until(lambda: str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED")))
 
     def add_spot(self) -> Any:
-        node = self.cluster.add_node(num_cpus=1, resources={"budgeteer-spot": 4})
+        node = self.cluster.add_node(
+            num_cpus=1, resources={"budgeteer-spot": 4, "budgeteer-pool": 1}
+        )
         self.cluster.wait_for_nodes()
         return node
 
@@ -153,11 +187,60 @@ def test_stop_sends_the_notice(backend: RayBackend, tmp_path: Path) -> None:
     assert noticed.read_text() == "TERM"
 
 
+def test_an_attempt_on_two_nodes_runs_every_rank_and_fails_as_one(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    """Two instances: the gang reserves one node of each ``budgeteer-pool`` unit (a placement
+    group) and runs the command on each with its rank; a third is beyond the cluster."""
+    out = tmp_path / "ranks"
+    out.mkdir()
+    write = (
+        "import os, sys, pathlib; e = os.environ; "
+        "pathlib.Path(sys.argv[1], e['BUDGETEER_NODE_RANK']).write_text("
+        "e['BUDGETEER_NUM_NODES'] + ' ' + e['BUDGETEER_JOB_ID'])"
+    )
+    handle = backend.launch(
+        _request(tmp_path, [PY, "-c", write, str(out)], offering=POOL, instances=2, job="gang")
+    )
+    assert handle.instance_ids == ("ray-bgt-gang-1-0", "ray-bgt-gang-1-1")
+    with pytest.raises(CapacityUnavailable, match="2 of 2 'budgeteer-pool' in use, 1 asked"):
+        backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=POOL))
+    status = settle(backend, handle)
+    assert (status.state, status.exit_code) == (RunState.SUCCEEDED, 0), status
+    assert {f.name: f.read_text() for f in out.iterdir()} == {"0": "2 gang", "1": "2 gang"}
+    # rank 1 fails at once; rank 0 would sleep ten minutes unless brought down
+    script = (
+        "import os, sys, time; "
+        "sys.exit(4) if os.environ['BUDGETEER_NODE_RANK'] == '1' else time.sleep(600)"
+    )
+    failing = backend.launch(
+        _request(tmp_path, [PY, "-c", script], offering=POOL, instances=2, job="gang-bad")
+    )
+    status = settle(backend, failing)
+    assert (status.state, status.exit_code) == (RunState.FAILED, 4), status
+
+
+def test_stop_reaches_every_rank_of_a_gang(backend: RayBackend, tmp_path: Path) -> None:
+    noticed = tmp_path / "noticed"
+    script = (
+        "import os, signal, sys, time, pathlib; r = os.environ['BUDGETEER_NODE_RANK']; "
+        "signal.signal(signal.SIGTERM, "
+        "lambda *a: (pathlib.Path(sys.argv[1] + r).write_text('TERM'), sys.exit(75))); "
+        "pathlib.Path(sys.argv[1] + r + '.ready').touch(); time.sleep(600)"
+    )
+    handle = backend.launch(
+        _request(tmp_path, [PY, "-c", script, str(noticed)], offering=POOL, instances=2)
+    )
+    until(lambda: all(Path(f"{noticed}{r}.ready").exists() for r in "01"))
+    backend.stop(handle, "cancelled by user")
+    status = settle(backend, handle)
+    assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
+    assert [Path(f"{noticed}{r}").read_text() for r in "01"] == ["TERM", "TERM"]
+
+
 def test_errors_and_re_attach(backend: RayBackend, cluster: _Cluster, tmp_path: Path) -> None:
     with pytest.raises(LaunchFailed, match="no Ray placement"):
         backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=make_offering("elsewhere")))
-    with pytest.raises(LaunchFailed, match="at most 1 node"):
-        backend.launch(_request(tmp_path, [PY, "-c", "0"], instances=2))
     request = _request(tmp_path, [PY, "-c", "import time; time.sleep(3)"], job="kept")
     handle = backend.launch(request)
     with pytest.raises(LaunchFailed, match="refused"):  # the same attempt cannot run twice
@@ -229,6 +312,24 @@ def test_capacity_comes_from_the_cluster_nodes(backend: RayBackend, tmp_path: Pa
     assert settle(backend, first).state is RunState.STOPPED
     second = backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=SCARCE))
     assert settle(backend, second).state is RunState.SUCCEEDED
+
+
+def test_drained_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
+    cluster: _Cluster, tmp_path: Path
+) -> None:
+    """The scheduler's loop on Ray: the spot node is drained mid-training (the autoscaler's
+    preemption path: the job gets its notice, checkpoints), and the job resumes on the
+    on-demand node (:func:`engines.resume_story`)."""
+    backend = RayBackend(
+        SystemClock(),
+        cluster.address,
+        {V100_SPOT: "budgeteer-spot", V100_OD: "budgeteer-od"},
+        gcs_address=cluster.gcs,
+    )
+    try:
+        resume_story(tmp_path, backend, lambda _job_id: cluster.drain(cluster.spot_node))
+    finally:
+        cluster.replace_spot()
 
 
 def test_budgeteer_run_on_ray_from_a_config(cluster: _Cluster, tmp_path: Path) -> None:

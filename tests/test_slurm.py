@@ -3,29 +3,33 @@ partitions ``spot`` and ``ondemand``). Under ``CI=true`` a missing Slurm is a fa
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
-from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _exit_code
+from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _end, _exit_code
 from budgeteer.backends.slurm_local import LocalSlurm, available
-from budgeteer.clock import ManualClock
+from budgeteer.clock import ManualClock, SystemClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
 from budgeteer.store import SqlStore
 from builders import make_offering
-from engines import V100_OD, V100_SPOT, engine_missing, run_one_job, settle, until
+from engines import (
+    V100_OD,
+    V100_SPOT,
+    engine_missing,
+    resume_story,
+    run_one_job,
+    settle,
+    until,
+)
 from test_cli import budgeteer
 
 T0 = datetime(2026, 12, 3, 9, tzinfo=UTC)
@@ -81,6 +85,18 @@ def test_exit_codes_are_decoded_from_the_raw_wait_status() -> None:
     assert _exit_code(None) is None
 
 
+def test_an_end_time_in_whole_seconds_is_rounded_up_but_not_past_when_it_was_seen() -> None:
+    launched = datetime(2026, 12, 3, 9, 0, 0, 700_000, tzinfo=UTC)
+    slurm_end = int(datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC).timestamp())  # same second
+    assert _end(slurm_end, launched + timedelta(seconds=5)) == launched.replace(
+        second=1, microsecond=0
+    )
+    assert _end(slurm_end, launched + timedelta(milliseconds=100)) == launched + timedelta(
+        milliseconds=100
+    )
+    assert _end(None, launched) == launched
+
+
 def test_a_job_runs_once_per_node_with_its_environment(
     backend: SlurmBackend, tmp_path: Path
 ) -> None:
@@ -108,11 +124,18 @@ def test_a_job_runs_once_per_node_with_its_environment(
 
 
 def test_a_failing_job_is_failed_with_its_code_and_one_rank_brings_the_other_down(
-    backend: SlurmBackend, tmp_path: Path
+    backend: SlurmBackend, cluster: LocalSlurm, tmp_path: Path
 ) -> None:
-    status = settle(backend, backend.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"])))
+    # on the real clock, as the service runs: a job over within its first second is billed
+    real = SlurmBackend(
+        SystemClock(), tmp_path / "real", PLACEMENTS, grace_seconds=30, environ=cluster.env
+    )
+    quick = real.launch(_request(tmp_path, [PY, "-c", "raise SystemExit(3)"], job="quick"))
+    status = settle(real, quick)
     assert (status.state, status.exit_code) == (RunState.FAILED, 3)
     assert status.reason == "exited 3"
+    assert status.ended_at is not None
+    assert status.ended_at > quick.launched_at  # billed: its end is not cut to the second
     script = (
         "import os, sys, time; "
         "sys.exit(4) if os.environ['BUDGETEER_NODE_RANK'] == '1' else time.sleep(600)"
@@ -227,100 +250,24 @@ def test_budgeteer_run_on_slurm_from_a_config(cluster: LocalSlurm, tmp_path: Pat
 def test_preempted_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
     cluster: LocalSlurm, tmp_path: Path
 ) -> None:
-    """The scheduler's loop on the Slurm backend: the job starts on the spot partition, its node
-    is taken away, it checkpoints on the notice, resumes from the checkpoint on the on-demand
-    partition, and ends with exactly the model of an uninterrupted run; every dollar is an
-    attempt × its price."""
-    import numpy as np  # noqa: PLC0415
-
-    from budgeteer.catalog import load_catalog  # noqa: PLC0415
-    from budgeteer.clock import SystemClock  # noqa: PLC0415
-    from budgeteer.scheduler import Driver, Scheduler  # noqa: PLC0415
-    from budgeteer.spec.job import JobSpec, jobs_from_specs  # noqa: PLC0415
-    from budgeteer.store.leader import LocalLeaderLock  # noqa: PLC0415
-
-    script = Path(__file__).parents[1] / "examples" / "train_linear.py"
-    args = ["--epochs", "30", "--step-seconds", "0.02"]
-    baseline = tmp_path / "baseline.npy"
-    subprocess.run(
-        [PY, str(script), *args, "--out", str(baseline)],
-        check=True,
-        timeout=120,
-        env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
-    )
-    spot_id, od_id = V100_SPOT, V100_OD
-    full = load_catalog()
-    catalog = dataclasses.replace(
-        full, offerings=tuple(o for o in full.offerings if o.id in {spot_id, od_id})
-    )
-    clock = SystemClock()
+    """The scheduler's loop on the Slurm backend: the spot node is taken down mid-training
+    (the job gets its notice: SIGTERM, checkpoint), and the job resumes on the on-demand
+    partition (:func:`engines.resume_story`)."""
     backend = SlurmBackend(
-        clock,
+        SystemClock(),
         tmp_path / "work",
-        {spot_id: SlurmPlacement("spot"), od_id: SlurmPlacement("ondemand")},
+        {V100_SPOT: SlurmPlacement("spot"), V100_OD: SlurmPlacement("ondemand")},
         grace_seconds=30,
         environ=cluster.env,
     )
-    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
-    sched = Scheduler(store, backend, catalog, clock, tmp_path / "work" / "checkpoints")
-    model = tmp_path / "model.npy"
-    spec = JobSpec.model_validate(
-        {
-            "name": "retrain",
-            "team": "t",
-            "resources": {"accelerators": ["V100"]},
-            "work": {"reference_hours": 0.05},
-            "sla": "2h",
-            "spot": {"allowed": True, "max_preemptions": 1},
-            "checkpoint": {"interval_minutes": 1, "restart_overhead_minutes": 1},
-            "command": [PY, str(script), *args, "--out", str(model)],
-        }
-    )
-    (job,) = jobs_from_specs([spec], now=clock.now(), known_accelerators=list(catalog.throughput))
-    store.submit([job], at=clock.now())
-    driver = Driver(sched, LocalLeaderLock(), interval_seconds=1, min_gap_seconds=0.2)
-    ck = tmp_path / "work" / "checkpoints" / job.id
+
+    def take_spot_away(job_id: str) -> None:
+        node = next(j["nodes"] for j in cluster.jobs() if j["name"] == f"bgt.{job_id}.1")
+        cluster.down(str(node))
+
     try:
-        end = time.monotonic() + 240
-        preempted = False
-        while time.monotonic() < end and not store.job(job.id).state.is_terminal:
-            assert driver.step(), driver.last_error
-            attempts = store.attempts(job.id)
-            if (
-                not preempted
-                and attempts
-                and attempts[0].market == "spot"
-                and (ck / "LATEST").exists()
-            ):
-                node = next(j["nodes"] for j in cluster.jobs() if j["name"] == f"bgt.{job.id}.1")
-                cluster.down(str(node))  # the spot instance is taken back mid-training
-                preempted = True
-            time.sleep(0.2)
-        assert store.job(job.id).state is JobState.SUCCEEDED, store.events(job.id)
-        first, second = store.attempts(job.id)
-        assert first.market == "spot"
-        assert first.outcome is not None
-        assert first.outcome.value == "preempted"
-        assert second.market == "on_demand"
-        # resumed, not restarted: the second attempt's first report is past epoch 0
-        progress = [json.loads(line) for line in (ck / "progress.jsonl").read_text().splitlines()]
-        epochs = [p["epoch"] for p in progress]
-        assert epochs == sorted(epochs)  # never back to the start
-        assert len(set(epochs)) == len(epochs)
-        assert np.array_equal(np.load(baseline), np.load(model))  # the same model
-        total = sum((e.amount_usd for e in store.ledger(job.id)), Decimal(0))
-        recomputed = Decimal(0)
-        for a in (first, second):
-            price, _ = backend.price(
-                next(o for o in catalog.offerings if o.id == a.offering_id), a.started_at
-            )
-            assert a.ended_at is not None
-            hours = Decimal(str((a.ended_at - a.started_at).total_seconds())) / Decimal(3600)
-            recomputed += price * a.instances * hours
-        assert abs(total - recomputed) < Decimal("0.01")  # to the cent
+        resume_story(tmp_path, backend, take_spot_away)
     finally:
-        driver.close()
-        store.close()
         for n, state in cluster.node_states().items():
             if state.startswith(("down", "drain")):
                 cluster.resume(n)

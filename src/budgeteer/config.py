@@ -91,6 +91,12 @@ class RayConfig(_Strict):
     #: nodes and the drain notice; without it Ray queues what does not fit and only a node's
     #: death is seen
     gcs_address: Annotated[str, Field(pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")] | None = None
+    #: the interpreter, on the cluster's nodes, that runs the gang of multi-node attempts
+    #: (``budgeteer.backends.ray_gang``; budgeteer must be installed there); default: the
+    #: service's own (a local cluster)
+    python: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    #: seconds a rank of a gang has between the notice and SIGKILL
+    grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
     workdir: Path = Path(".budgeteer")
     placements: Annotated[
         dict[str, Annotated[str, Field(min_length=1, max_length=256)]],

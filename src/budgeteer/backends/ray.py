@@ -2,7 +2,8 @@
 the optional extra ``budgeteer[ray]``).
 
 An attempt is submitted with Ray's ``JobSubmissionClient`` (the cluster's dashboard address):
-the command as the entrypoint, ``submission_id`` ``bgt-<job>-<attempt>`` (a restarted
+the command as the entrypoint, ``submission_id`` ``bgt-<deployment>-<job>-<attempt>`` (the
+deployment: a hash of its store's URL, so that deployments sharing a cluster never meet; a restarted
 scheduler re-attaches by it, and a second submission of the same attempt is impossible), its
 environment as the runtime env's ``env_vars`` (built like the sandbox's: the service's own
 environment stays with the service), and ``entrypoint_resources`` naming the custom resource of
@@ -28,8 +29,13 @@ the cluster's nodes (the autoscaler's view, ``ray.autoscaler.v2.sdk.get_cluster_
   running attempt whose entrypoint runs there gets ``stop_job`` (SIGTERM: checkpoint and exit)
   and ends ``preempted``, not ``stopped`` or ``failed``.
 
-Without it, nothing is refused up front and only a node's death is seen. Not yet: attempts on
-several nodes (placement groups).
+Without it, nothing is refused up front and only a node's death is seen.
+
+An attempt on ``n > 1`` nodes runs :mod:`budgeteer.backends.ray_gang` as its entrypoint (with
+``python``, an interpreter on the cluster that has budgeteer): it reserves ``n`` nodes of the
+offering's resource as one ``STRICT_SPREAD`` placement group and runs the command once per
+node with its rank; a failed rank brings the others down, and the notice (or a drain of any of
+its nodes) reaches every rank.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,7 +69,13 @@ from budgeteer.clock import Clock
 from budgeteer.errors import BudgeteerError
 
 #: Words of a failed job's message that mean its node went away, not that the job failed.
-_NODE_DIED = re.compile(r"node (has )?died|NodeDiedError|node .* (was )?(preempted|removed)", re.I)
+_NODE_DIED = re.compile(
+    r"node (has )?died|NodeDiedError|node .* (was )?(preempted|removed)|is being drained", re.I
+)
+
+
+#: Words of a refused submission that mean "not now" (the cluster is starting or busy).
+_BUSY = re.compile(r"try again later|No available agent|status code 50[23]", re.I)
 
 
 class RayUnavailable(BudgeteerError):
@@ -95,7 +108,7 @@ class RayBackend(CatalogPrices):
     """Attempts as Ray jobs (see the module docstring)."""
 
     name = "ray"
-    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=False)
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=True)
 
     def __init__(
         self,
@@ -106,10 +119,16 @@ class RayBackend(CatalogPrices):
         pass_env: tuple[str, ...] = (),
         client: Callable[[str], Any] | None = None,
         gcs_address: str | None = None,
+        python: str = sys.executable,
+        grace_seconds: float = 30.0,
+        namespace: str = "",
     ) -> None:
         self.clock = clock
         self.address = address
         self.gcs_address = gcs_address
+        self.python = python  # runs the gang entrypoint of multi-node attempts on the cluster
+        self.grace_seconds = grace_seconds
+        self.namespace = namespace  # in submission ids: deployments sharing a cluster never meet
         self._nodes_read: tuple[float, list[_Node]] | None = None
         self.placements = dict(placements)
         self.pass_env = pass_env
@@ -123,22 +142,42 @@ class RayBackend(CatalogPrices):
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         resource = self._check(request)
         self._check_capacity(request, resource)
-        sid = _submission_id(request)
-        env = job_environment(
-            os.environ,
-            self.pass_env,
-            {**job_variables(request), "BUDGETEER_NODE_RANK": "0", "BUDGETEER_NUM_NODES": "1"},
-        )
+        sid = _submission_id(request, self.namespace)
+        variables = job_variables(request)
+        if request.instances == 1:
+            variables |= {"BUDGETEER_NODE_RANK": "0", "BUDGETEER_NUM_NODES": "1"}
+            entrypoint = shlex.join(request.command)
+            where: dict[str, float] = {resource: 1}
+        else:  # the gang reserves the nodes and gives each rank its number
+            entrypoint = shlex.join(
+                [
+                    self.python,
+                    "-m",
+                    "budgeteer.backends.ray_gang",
+                    "--resource",
+                    resource,
+                    "--nodes",
+                    str(request.instances),
+                    "--grace",
+                    f"{self.grace_seconds:g}",
+                    "--",
+                    *request.command,
+                ]
+            )
+            where = {}
+        env = job_environment(os.environ, self.pass_env, variables)
         try:
             self._jobs().submit_job(
-                entrypoint=shlex.join(request.command),
+                entrypoint=entrypoint,
                 submission_id=sid,
                 runtime_env={"env_vars": env},
-                entrypoint_resources={resource: 1},
+                entrypoint_resources=where,
                 entrypoint_num_cpus=0,
                 metadata={"budgeteer_job": request.job_id, "attempt": str(request.attempt)},
             )
         except RuntimeError as exc:
+            if _BUSY.search(str(exc)):  # e.g. the job agent not up yet: try again next cycle
+                raise RayUnavailable(f"Ray at {self.address}: {str(exc)[:300]}") from None
             raise LaunchFailed(f"Ray refused the job {sid}: {str(exc)[:300]}") from None
         except (ConnectionError, OSError) as exc:
             raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
@@ -148,7 +187,7 @@ class RayBackend(CatalogPrices):
             request.job_id,
             request.attempt,
             request.offering.id,
-            (f"ray-{sid}",),
+            _instances(sid, request.instances),
             self.clock.now(),
         )
         with self._lock:
@@ -157,7 +196,7 @@ class RayBackend(CatalogPrices):
 
     def adopt(self, request: LaunchRequest) -> Handle | None:
         """Re-attach by submission id; ``None`` when the cluster has no such job."""
-        sid = _submission_id(request)
+        sid = _submission_id(request, self.namespace)
         info = self._info(sid)
         if info is None:
             return None
@@ -168,7 +207,7 @@ class RayBackend(CatalogPrices):
             request.job_id,
             request.attempt,
             request.offering.id,
-            (f"ray-{sid}",),
+            _instances(sid, request.instances),
             started,
         )
         with self._lock:
@@ -268,7 +307,7 @@ class RayBackend(CatalogPrices):
 
     # -- internals ------------------------------------------------------------------------
     def _check(self, request: LaunchRequest) -> str:
-        check_request(request, max_instances=1)
+        check_request(request)
         resource = self.placements.get(request.offering.id)
         if resource is None:
             raise LaunchFailed(
@@ -322,9 +361,14 @@ def _job_client(address: str) -> Any:
     return JobSubmissionClient(address)
 
 
-def _submission_id(request: LaunchRequest) -> str:
+def _instances(sid: str, n: int) -> tuple[str, ...]:
+    return (f"ray-{sid}",) if n == 1 else tuple(f"ray-{sid}-{i}" for i in range(n))
+
+
+def _submission_id(request: LaunchRequest, namespace: str = "") -> str:
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", request.job_id)
-    return f"bgt-{safe}-{request.attempt}"
+    prefix = f"bgt-{namespace}-" if namespace else "bgt-"
+    return f"{prefix}{safe}-{request.attempt}"
 
 
 def _time(ms: object) -> datetime | None:

@@ -361,7 +361,7 @@ class SlurmBackend(CatalogPrices):
     def _final(self, attempt: _Attempt, job: dict[str, Any], state: str, now: datetime) -> Status:
         code = _exit_code(job.get("exit_code"))
         started = _time(job.get("start_time"))
-        ended = _time(job.get("end_time")) or now
+        ended = _end(job.get("end_time"), now)
         if state in _LOST:
             reason = f"{state.lower()}: {job.get('state_reason') or 'node lost'}"
             return Status(RunState.PREEMPTED, code, reason, started, ended)
@@ -415,6 +415,17 @@ def _time(epoch: object) -> datetime | None:
     if not isinstance(epoch, int) or epoch <= 0:
         return None
     return datetime.fromtimestamp(epoch, UTC)
+
+
+def _end(epoch: object, seen: datetime) -> datetime:
+    """When a job ended, for billing: Slurm keeps whole seconds (the true end lies within the
+    second after its ``end_time``), so its end rounded up — but never past the moment the end
+    was seen. (Truncated, a job ending within the second it was launched in ended "before" its
+    launch and was billed nothing.)"""
+    end = _time(epoch)
+    if end is None:
+        return seen
+    return min(end + timedelta(seconds=1), seen)
 
 
 def _live_status(attempt: _Attempt) -> Status:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -101,6 +103,11 @@ class Service:
                 backend_cfg.placements,
                 pass_env=tuple(backend_cfg.pass_env),
                 gcs_address=backend_cfg.gcs_address,
+                python=backend_cfg.python or sys.executable,
+                # one cluster may serve several budgeteer deployments (or a store made anew):
+                # their attempts' submission ids must not meet
+                namespace=hashlib.sha256(self.store.url.encode()).hexdigest()[:8],
+                grace_seconds=backend_cfg.grace_seconds,
             )
             backend, catalog = ray, self._placed(backend_cfg.placements)
         else:
