@@ -17,7 +17,10 @@ import sqlalchemy as sa
 
 from api_world import World, make_world
 from budgeteer.backends.jobuser import SDK_PACKAGES, python_for, resolve_job_user
+from budgeteer.backends.slurm_local import LocalSlurm
+from budgeteer.backends.slurm_local import available as slurm_available
 from budgeteer.store import MemoryStore, SqlStore, Store
+from engines import RayTestCluster, engine_missing
 
 POSTGRES_URL = os.environ.get("BUDGETEER_TEST_POSTGRES_URL")
 
@@ -172,3 +175,29 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     w = make_world(url, tmp_path)
     yield w
     w.store.close()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayTestCluster]:
+    """One real Ray cluster for the session (``engines.RayTestCluster``); a missing Ray fails
+    under CI and skips elsewhere."""
+    try:
+        import ray  # noqa: F401, PLC0415
+    except ImportError:
+        engine_missing("ray is not installed (pip install 'budgeteer[ray]')")
+    cluster = RayTestCluster()
+    yield cluster
+    cluster.cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[LocalSlurm]:
+    """One real local Slurm for the session (slurmctld + two slurmd); missing Slurm (or not
+    root, which its daemons need here) fails under CI and skips elsewhere."""
+    if not slurm_available():
+        engine_missing("Slurm is not installed (apt-get install slurmctld slurmd slurm-client)")
+    if os.geteuid() != 0:
+        engine_missing("the local test cluster runs its daemons as root")
+    cluster = LocalSlurm(kill_wait=5).start()
+    yield cluster
+    cluster.stop()

@@ -5,6 +5,7 @@ the scheduler's loop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -188,3 +189,81 @@ def resume_story(
     finally:
         driver.close()
         store.close()
+
+
+class RayTestCluster:
+    """A real Ray cluster in this process tree (``ray.cluster_utils.Cluster``): a head carrying
+    ``budgeteer-od`` (4), ``budgeteer-scarce`` (1) and ``budgeteer-pool`` (1), and a spot worker
+    carrying ``budgeteer-spot`` (4) and ``budgeteer-pool`` (1); ``gcs`` is its GCS address."""
+
+    def __init__(self) -> None:
+        from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "include_dashboard": True,
+                "dashboard_port": 0,
+                "resources": {"budgeteer-od": 4, "budgeteer-scarce": 1, "budgeteer-pool": 1},
+            },
+        )
+        self.spot_node = self.add_spot()
+        self.address = f"http://{self.cluster.webui_url}"
+        self.gcs = self.cluster.address
+        self.wait_for_job_agent()
+
+    def wait_for_job_agent(self, seconds: float = 90) -> None:
+        """Until the Jobs API takes a submission (its agent starts after the dashboard)."""
+        from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
+
+        client = JobSubmissionClient(self.address)
+        end = time.monotonic() + seconds
+        while True:
+            try:
+                sid = client.submit_job(entrypoint="true", entrypoint_num_cpus=0)
+            except RuntimeError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(1)
+                continue
+            break
+        until(lambda: str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED")))
+
+    def add_spot(self) -> Any:
+        node = self.cluster.add_node(
+            num_cpus=1, resources={"budgeteer-spot": 4, "budgeteer-pool": 1}
+        )
+        self.cluster.wait_for_nodes()
+        return node
+
+    def replace_spot(self) -> None:
+        """A fresh spot node for the next test, the old one (drained or killed) gone."""
+        if self.spot_node is not None:
+            with contextlib.suppress(Exception):  # a drained node may have exited already
+                self.cluster.remove_node(self.spot_node, allow_graceful=False)
+        self.spot_node = self.add_spot()
+
+    def drain(self, node: Any, deadline_seconds: int = 60) -> None:
+        """What the autoscaler (or KubeRay) does before a spot instance is taken back."""
+        subprocess.run(
+            [
+                PY,
+                "-m",
+                "ray.scripts.scripts",
+                "drain-node",
+                "--address",
+                self.gcs,
+                "--node-id",
+                node.node_id,
+                "--reason",
+                "DRAIN_NODE_REASON_PREEMPTION",
+                "--reason-message",
+                "spot instance reclaimed",
+                "--deadline-remaining-seconds",
+                str(deadline_seconds),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )

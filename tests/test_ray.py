@@ -4,9 +4,7 @@ missing Ray is a failure (``.ci/run`` installs ``ray[default]``)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ from builders import make_offering
 from engines import (
     V100_OD,
     V100_SPOT,
-    engine_missing,
+    RayTestCluster,
     resume_story,
     run_one_job,
     settle,
@@ -45,93 +43,13 @@ PLACEMENTS = {
 }
 
 
-class _Cluster:
-    def __init__(self) -> None:
-        from ray.cluster_utils import Cluster  # noqa: PLC0415
-
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "include_dashboard": True,
-                "dashboard_port": 0,
-                "resources": {"budgeteer-od": 4, "budgeteer-scarce": 1, "budgeteer-pool": 1},
-            },
-        )
-        self.spot_node = self.add_spot()
-        self.address = f"http://{self.cluster.webui_url}"
-        self.gcs = self.cluster.address
-        self.wait_for_job_agent()
-
-    def wait_for_job_agent(self, seconds: float = 90) -> None:
-        """Until the Jobs API takes a submission (its agent starts after the dashboard)."""
-        from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
-
-        client = JobSubmissionClient(self.address)
-        end = time.monotonic() + seconds
-        while True:
-            try:
-                sid = client.submit_job(entrypoint="true", entrypoint_num_cpus=0)
-            except RuntimeError:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(1)
-                continue
-            break
-        until(lambda: str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED")))
-
-    def add_spot(self) -> Any:
-        node = self.cluster.add_node(
-            num_cpus=1, resources={"budgeteer-spot": 4, "budgeteer-pool": 1}
-        )
-        self.cluster.wait_for_nodes()
-        return node
-
-    def replace_spot(self) -> None:
-        """A fresh spot node for the next test, the old one (drained or killed) gone."""
-        if self.spot_node is not None:
-            with contextlib.suppress(Exception):  # a drained node may have exited already
-                self.cluster.remove_node(self.spot_node, allow_graceful=False)
-        self.spot_node = self.add_spot()
-
-    def drain(self, node: Any, deadline_seconds: int = 60) -> None:
-        """What the autoscaler (or KubeRay) does before a spot instance is taken back."""
-        subprocess.run(
-            [
-                PY,
-                "-m",
-                "ray.scripts.scripts",
-                "drain-node",
-                "--address",
-                self.gcs,
-                "--node-id",
-                node.node_id,
-                "--reason",
-                "DRAIN_NODE_REASON_PREEMPTION",
-                "--reason-message",
-                "spot instance reclaimed",
-                "--deadline-remaining-seconds",
-                str(deadline_seconds),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[_Cluster]:
-    try:
-        import ray  # noqa: F401, PLC0415
-    except ImportError:
-        engine_missing("ray is not installed (pip install 'budgeteer[ray]')")
-    c = _Cluster()
-    yield c
-    c.cluster.shutdown()
+@pytest.fixture
+def cluster(ray_cluster: RayTestCluster) -> RayTestCluster:
+    return ray_cluster
 
 
 @pytest.fixture
-def backend(cluster: _Cluster) -> Iterator[RayBackend]:
+def backend(cluster: RayTestCluster) -> Iterator[RayBackend]:
     b = RayBackend(ManualClock(T0), cluster.address, PLACEMENTS, gcs_address=cluster.gcs)
     yield b
     for handle in b.live():
@@ -238,7 +156,7 @@ def test_stop_reaches_every_rank_of_a_gang(backend: RayBackend, tmp_path: Path) 
     assert [Path(f"{noticed}{r}").read_text() for r in "01"] == ["TERM", "TERM"]
 
 
-def test_errors_and_re_attach(backend: RayBackend, cluster: _Cluster, tmp_path: Path) -> None:
+def test_errors_and_re_attach(backend: RayBackend, cluster: RayTestCluster, tmp_path: Path) -> None:
     with pytest.raises(LaunchFailed, match="no Ray placement"):
         backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=make_offering("elsewhere")))
     request = _request(tmp_path, [PY, "-c", "import time; time.sleep(3)"], job="kept")
@@ -254,7 +172,7 @@ def test_errors_and_re_attach(backend: RayBackend, cluster: _Cluster, tmp_path: 
 
 
 def test_a_spot_node_taken_away_preempts_its_job(
-    backend: RayBackend, cluster: _Cluster, tmp_path: Path
+    backend: RayBackend, cluster: RayTestCluster, tmp_path: Path
 ) -> None:
     ready = tmp_path / "ready"
     script = "import sys, time, pathlib; pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
@@ -279,7 +197,7 @@ _TERM_SCRIPT = (
 
 
 def test_a_drained_spot_node_gives_its_job_the_notice_and_the_attempt_is_preempted(
-    backend: RayBackend, cluster: _Cluster, tmp_path: Path
+    backend: RayBackend, cluster: RayTestCluster, tmp_path: Path
 ) -> None:
     noticed = tmp_path / "noticed"
     handle = backend.launch(
@@ -315,7 +233,7 @@ def test_capacity_comes_from_the_cluster_nodes(backend: RayBackend, tmp_path: Pa
 
 
 def test_drained_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
-    cluster: _Cluster, tmp_path: Path
+    cluster: RayTestCluster, tmp_path: Path
 ) -> None:
     """The scheduler's loop on Ray: the spot node is drained mid-training (the autoscaler's
     preemption path: the job gets its notice, checkpoints), and the job resumes on the
@@ -332,7 +250,7 @@ def test_drained_on_spot_resumes_from_its_checkpoint_on_demand_and_lands(
         cluster.replace_spot()
 
 
-def test_budgeteer_run_on_ray_from_a_config(cluster: _Cluster, tmp_path: Path) -> None:
+def test_budgeteer_run_on_ray_from_a_config(cluster: RayTestCluster, tmp_path: Path) -> None:
     placements = {V100_SPOT: "budgeteer-spot", V100_OD: "budgeteer-od"}
     backend = {"kind": "ray", "address": cluster.address, "workdir": "work"}
     attempt = run_one_job(tmp_path, {**backend, "placements": placements})

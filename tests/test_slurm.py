@@ -15,7 +15,7 @@ import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _end, _exit_code
-from budgeteer.backends.slurm_local import LocalSlurm, available
+from budgeteer.backends.slurm_local import LocalSlurm
 from budgeteer.clock import ManualClock, SystemClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
@@ -24,7 +24,6 @@ from builders import make_offering
 from engines import (
     V100_OD,
     V100_SPOT,
-    engine_missing,
     resume_story,
     run_one_job,
     settle,
@@ -39,15 +38,9 @@ OD = make_offering("slurm-od", price=3.06, max_instances=2)
 PLACEMENTS = {SPOT.id: SlurmPlacement("spot"), OD.id: SlurmPlacement("ondemand")}
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalSlurm]:
-    if not available():
-        engine_missing("Slurm is not installed (apt-get install slurmctld slurmd slurm-client)")
-    if os.geteuid() != 0:
-        engine_missing("the local test cluster runs its daemons as root")
-    c = LocalSlurm(kill_wait=5).start()
-    yield c
-    c.stop()
+@pytest.fixture
+def cluster(slurm_cluster: LocalSlurm) -> LocalSlurm:
+    return slurm_cluster
 
 
 @pytest.fixture
