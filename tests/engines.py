@@ -67,14 +67,22 @@ def until(check: Callable[[], object], seconds: float = 120) -> None:
 
 
 def run_one_job(
-    tmp_path: Path, backend: Mapping[str, Any], env: Mapping[str, str] | None = None
+    tmp_path: Path,
+    backend: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    python: str = PY,
 ) -> Attempt:
-    """Write a config with ``backend``, submit one small V100 job that writes a file, run the
-    loop until idle; assert it succeeded and return its single attempt."""
+    """Write a config with ``backend``, submit one small V100 job (run by ``python``: the
+    jobs' user must be able to) that writes a file in its checkpoint folder, run the loop
+    until idle; assert it succeeded and return its single attempt."""
     cfg = tmp_path / "budgeteer.yaml"
     doc = {"store": "sqlite:///state.db", "interval_seconds": 1, "backend": dict(backend)}
     cfg.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "trained"
+    out = (
+        tmp_path / str(backend.get("workdir", ".budgeteer")) / "checkpoints" / "retrain" / "trained"
+    )
+    write = "import os, time; time.sleep(3); "
+    write += "open(os.environ['BUDGETEER_CHECKPOINT_DIR'] + '/trained', 'w').write('ok')"
     job = {
         "name": "retrain",
         "team": "t",
@@ -82,7 +90,7 @@ def run_one_job(
         "work": {"reference_hours": 0.01},
         # runs a few seconds: Slurm reports whole seconds, and a job ended within the second
         # it was launched in has no time to bill
-        "command": [PY, "-c", f"import time; time.sleep(3); open({str(out)!r}, 'w').write('ok')"],
+        "command": [python, "-c", write],
     }
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump([job]))

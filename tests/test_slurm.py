@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
+from budgeteer.backends.jobuser import resolve_job_user
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _end, _exit_code
 from budgeteer.backends.slurm_local import LocalSlurm
 from budgeteer.clock import ManualClock, SystemClock
@@ -222,11 +223,34 @@ def test_a_restarted_scheduler_re_attaches_instead_of_launching_again(
     assert third.status(kept).state is RunState.SUCCEEDED
 
 
-def test_budgeteer_run_on_slurm_from_a_config(cluster: LocalSlurm, tmp_path: Path) -> None:
+def test_jobs_run_as_the_configured_user_in_their_own_folder(
+    cluster: LocalSlurm, tmp_path: Path, job_python: str
+) -> None:
+    """A root service never submits root jobs: ``sbatch --uid`` makes the job ``nobody``'s,
+    started in its private checkpoint folder, which it alone may enter."""
+    nobody = resolve_job_user("nobody")
+    assert nobody is not None
+    backend = SlurmBackend(
+        ManualClock(T0), tmp_path / "work", PLACEMENTS, environ=cluster.env, run_as=nobody
+    )
+    report = "import os; open('who', 'w').write(f'{os.getuid()} {os.getgid()} {os.getcwd()}')"
+    request = _request(tmp_path, [job_python, "-c", report], job="as-nobody")
+    status = settle(backend, backend.launch(request))
+    assert status.state is RunState.SUCCEEDED, status
+    ck = request.checkpoint_dir
+    assert (ck / "who").read_text() == f"{nobody.uid} {nobody.gid} {ck}"
+    assert (ck.stat().st_uid, ck.stat().st_mode & 0o777) == (nobody.uid, 0o700)
+
+
+def test_budgeteer_run_on_slurm_from_a_config(
+    cluster: LocalSlurm, tmp_path: Path, job_python: str
+) -> None:
+    """Under root (as here) the config's jobs run as ``nobody`` (``backend.run_as``'s
+    default), so their interpreter is one ``nobody`` can run (``job_python``)."""
     placements = {V100_SPOT: {"partition": "spot"}, V100_OD: {"partition": "ondemand"}}
     backend = {"kind": "slurm", "workdir": "work", "slurm_conf": str(cluster.conf)}
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the config names it
-    attempt = run_one_job(tmp_path, {**backend, "placements": placements}, env)
+    attempt = run_one_job(tmp_path, {**backend, "placements": placements}, env, job_python)
     assert attempt.backend == "slurm"
     assert attempt.offering_id in placements
     bad = tmp_path / "bad.yaml"
@@ -287,7 +311,7 @@ def _slurm_config(tmp_path: Path, cluster: LocalSlurm) -> Path:
 
 
 def test_a_sigkilled_run_re_attaches_to_the_running_slurm_job(
-    cluster: LocalSlurm, tmp_path: Path
+    cluster: LocalSlurm, tmp_path: Path, job_python: str
 ) -> None:
     cfg = _slurm_config(tmp_path, cluster)
     jobs = tmp_path / "jobs.yaml"
@@ -300,7 +324,7 @@ def test_a_sigkilled_run_re_attaches_to_the_running_slurm_job(
                     "resources": {"accelerators": ["V100"]},
                     "work": {"reference_hours": 0.01},
                     "spot": {"allowed": False},
-                    "command": [PY, "-c", "import time; time.sleep(8)"],
+                    "command": [job_python, "-c", "import time; time.sleep(8)"],
                 }
             ]
         )

@@ -73,6 +73,9 @@ class SlurmConfig(_Strict):
     workdir: Path = Path(".budgeteer")
     grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     slurm_conf: Path | None = None
+    #: the user jobs run as (``sbatch --uid``) when the service runs as root (default:
+    #: nobody; never root); a service that is not root submits as itself
+    run_as: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     placements: Annotated[dict[str, SlurmPlacementConfig], Field(min_length=1, max_length=4096)]
     pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list, max_length=256

@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from budgeteer.backends.jobuser import JobUser, prepare_private_folder
 from budgeteer.domain.offering import Offering
 from budgeteer.errors import BudgeteerError
 
@@ -175,10 +176,12 @@ def check_request(request: LaunchRequest, *, max_instances: int | None = None) -
         raise LaunchFailed("empty command")
 
 
-def prepare_checkpoint_dir(request: LaunchRequest) -> None:
-    """Create the attempt's checkpoint folder (:class:`LaunchFailed` when it cannot be)."""
+def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) -> None:
+    """Create the attempt's checkpoint folder — with ``user``, that user's alone
+    (:func:`~budgeteer.backends.jobuser.prepare_private_folder`); :class:`LaunchFailed` when
+    it cannot be."""
     try:
-        request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        prepare_private_folder(request.checkpoint_dir, user)
     except OSError as exc:
         raise LaunchFailed(
             f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"

@@ -61,7 +61,7 @@ from budgeteer.backends.base import (
     job_variables,
     prepare_checkpoint_dir,
 )
-from budgeteer.backends.jobuser import job_environment
+from budgeteer.backends.jobuser import JobUser, job_environment
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.clock import Clock
 from budgeteer.errors import BudgeteerError
@@ -121,8 +121,12 @@ class SlurmBackend(CatalogPrices):
         grace_seconds: float = 30.0,
         pass_env: tuple[str, ...] = (),
         environ: Mapping[str, str] | None = None,
+        run_as: JobUser | None = None,
     ) -> None:
         self.clock = clock
+        #: the user jobs run as (``sbatch --uid``; only a root service may): ``None`` → the
+        #: service's own user, who is then not root
+        self.run_as = run_as
         self.workdir = workdir
         self.placements = dict(placements)
         self.grace_seconds = grace_seconds
@@ -146,6 +150,12 @@ class SlurmBackend(CatalogPrices):
         script.chmod(0o700)
         log = self.workdir / "logs" / f"{hid}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        user = self.run_as
+        if user is not None:  # slurmd opens the log as the job's user
+            log.touch(mode=0o600, exist_ok=True)
+            os.chown(log, user.uid, user.gid)
+            for folder in (log.parent, self.workdir):
+                folder.chmod(folder.stat().st_mode | 0o111)
         argv = [
             "sbatch",
             "--parsable",
@@ -159,6 +169,8 @@ class SlurmBackend(CatalogPrices):
             f"--output={log}",
             "--export=NONE",
         ]
+        if user is not None:  # its own user, starting in its own folder (its home here)
+            argv += [f"--uid={user.uid}", f"--gid={user.gid}", f"--chdir={request.checkpoint_dir}"]
         if placement.constraint:
             argv.append(f"--constraint={placement.constraint}")
         if placement.gres:
@@ -280,7 +292,7 @@ class SlurmBackend(CatalogPrices):
                 f"offering {request.offering.id!r} has no Slurm placement "
                 "(backend.placements in the config)"
             )
-        prepare_checkpoint_dir(request)
+        prepare_checkpoint_dir(request, self.run_as)
         return placement
 
     def _check_capacity(self, request: LaunchRequest, placement: SlurmPlacement) -> None:

@@ -61,8 +61,8 @@ class Service:
     def job_user(self) -> JobUser | None:
         """The user jobs run as (``None``: this service's own, which is then not root)."""
         backend = self.config.backend
-        if not isinstance(backend, SandboxConfig):
-            return None  # an engine runs jobs as its own users
+        if isinstance(backend, RayConfig):
+            return None  # Ray runs jobs as the user its nodes run as
         return resolve_job_user(backend.run_as)
 
     def seed_budgets(self) -> int:
@@ -157,6 +157,7 @@ class Service:
             grace_seconds=cfg.grace_seconds,
             pass_env=tuple(cfg.pass_env),
             environ=environ,
+            run_as=self.job_user(),
         )
         return backend, catalog
 
