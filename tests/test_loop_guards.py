@@ -17,6 +17,7 @@ import numpy as np
 
 from budgeteer.backends import TraceMarket
 from budgeteer.backends.base import Handle, LaunchRequest
+from budgeteer.backends.market import ZonedMarket
 from budgeteer.catalog import Catalog
 from budgeteer.clock import ManualClock
 from budgeteer.domain.budget import Budget
@@ -239,3 +240,43 @@ def test_the_loop_wakes_on_a_submission_not_on_its_interval() -> None:
     sched = Scheduler(store, backend, catalog, quiet, Path("/nonexistent"))
     assert sched.wait_for_event(60) is False  # nothing happens: the whole wait, then False
     assert quiet.now() == T0 + timedelta(seconds=60)
+
+
+def test_a_job_that_cannot_wait_out_a_spot_drought_fails_over_to_another_zone() -> None:
+    """Zone a's spot refuses launch after launch. A drought that has lasted D is expected to
+    last about D more, and the plans count it: a P0 that cannot absorb the wait leaves zone a
+    (here for on-demand: zone b's spot leaves it too little margin) once the drought outgrows
+    its slack, not when its slack is gone. (Catches: a refusing offering planned as if free —
+    the job stays on zone a for 87 minutes, measured.)"""
+    dry = TraceMarket(np.zeros(100_000, dtype=bool), 60, T0)
+    wet = TraceMarket(np.ones(100_000, dtype=bool), 60, T0)
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    offerings = (
+        make_offering("spot-a", price=1.0, market=Market.SPOT, interruption_per_hour=0.01),
+        make_offering("spot-b", price=1.3, market=Market.SPOT, interruption_per_hour=0.01),
+        make_offering("od", price=10.0),
+    )
+    catalog = Catalog(offerings, dict(THROUGHPUT), EGRESS, "test")
+    market = ZonedMarket([("spot-a", dry)], wet)
+    backend = RecordingBackend(kernel, market, store, catalog.throughput)
+    world = World(kernel, store, backend, None, catalog)  # type: ignore[arg-type]
+    world.sched = world.scheduler()
+    # 2 h of work, 3.5 h to the deadline: 1.5 h of slack
+    world.submit(make_job("p0", hours=2.0, deadline_hours=3.5, tier=Tier.P0))
+    moved_at = None
+    while kernel.now < T0 + timedelta(hours=3.5):
+        world.sched.cycle()
+        if moved_at is None and any(r.offering.id != "spot-a" for r in backend.requests):
+            moved_at = kernel.now
+        kernel.run(until=kernel.now + timedelta(seconds=60))
+    assert next(r.offering.id for r in backend.requests) == "spot-a"  # cheapest, at first
+    assert moved_at is not None
+    # the drought's expected wait (its length so far) outgrew what is left of the slack after
+    # about 47 minutes of refusals (an hour at most here)
+    assert moved_at - T0 <= timedelta(minutes=60), moved_at - T0
+    assert store.job("p0").state is JobState.SUCCEEDED
+    last = store.attempts("p0")[-1]
+    assert last.offering_id != "spot-a"
+    assert last.ended_at is not None
+    assert last.ended_at <= T0 + timedelta(hours=3.5)  # on time

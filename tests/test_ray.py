@@ -89,20 +89,24 @@ def test_a_job_runs_with_its_environment_and_its_exit_code(
     assert (status.state, status.exit_code, status.reason) == (RunState.FAILED, 3, "exited 3")
 
 
+#: A job that says when it listens (``<arg><rank>.ready``) and, on SIGTERM, that it heard
+#: (``<arg><rank>`` = TERM), then exits 75.
+_TERM_SCRIPT = (
+    "import os, signal, sys, time, pathlib; r = os.environ['BUDGETEER_NODE_RANK']; "
+    "signal.signal(signal.SIGTERM, "
+    "lambda *a: (pathlib.Path(sys.argv[1] + r).write_text('TERM'), sys.exit(75))); "
+    "pathlib.Path(sys.argv[1] + r + '.ready').touch(); time.sleep(600)"
+)
+
+
 def test_stop_sends_the_notice(backend: RayBackend, tmp_path: Path) -> None:
     noticed = tmp_path / "noticed"
-    script = (
-        "import signal, sys, time, pathlib; "
-        "signal.signal(signal.SIGTERM, "
-        "lambda *a: (pathlib.Path(sys.argv[1]).write_text('TERM'), sys.exit(75))); "
-        "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
-    )
-    handle = backend.launch(_request(tmp_path, [PY, "-c", script, str(noticed)]))
-    until(Path(f"{noticed}.ready").exists)
+    handle = backend.launch(_request(tmp_path, [PY, "-c", _TERM_SCRIPT, str(noticed)]))
+    until(Path(f"{noticed}0.ready").exists)
     backend.stop(handle, "cancelled by user")
     status = settle(backend, handle)
     assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
-    assert noticed.read_text() == "TERM"
+    assert Path(f"{noticed}0").read_text() == "TERM"
 
 
 def test_an_attempt_on_two_nodes_runs_every_rank_and_fails_as_one(
@@ -140,14 +144,8 @@ def test_an_attempt_on_two_nodes_runs_every_rank_and_fails_as_one(
 
 def test_stop_reaches_every_rank_of_a_gang(backend: RayBackend, tmp_path: Path) -> None:
     noticed = tmp_path / "noticed"
-    script = (
-        "import os, signal, sys, time, pathlib; r = os.environ['BUDGETEER_NODE_RANK']; "
-        "signal.signal(signal.SIGTERM, "
-        "lambda *a: (pathlib.Path(sys.argv[1] + r).write_text('TERM'), sys.exit(75))); "
-        "pathlib.Path(sys.argv[1] + r + '.ready').touch(); time.sleep(600)"
-    )
     handle = backend.launch(
-        _request(tmp_path, [PY, "-c", script, str(noticed)], offering=POOL, instances=2)
+        _request(tmp_path, [PY, "-c", _TERM_SCRIPT, str(noticed)], offering=POOL, instances=2)
     )
     until(lambda: all(Path(f"{noticed}{r}.ready").exists() for r in "01"))
     backend.stop(handle, "cancelled by user")
@@ -188,14 +186,6 @@ def test_a_spot_node_taken_away_preempts_its_job(
         cluster.replace_spot()
 
 
-_TERM_SCRIPT = (
-    "import signal, sys, time, pathlib; "
-    "signal.signal(signal.SIGTERM, "
-    "lambda *a: (pathlib.Path(sys.argv[1]).write_text('TERM'), sys.exit(75))); "
-    "pathlib.Path(sys.argv[1] + '.ready').touch(); time.sleep(600)"
-)
-
-
 def test_a_drained_spot_node_gives_its_job_the_notice_and_the_attempt_is_preempted(
     backend: RayBackend, cluster: RayTestCluster, tmp_path: Path
 ) -> None:
@@ -203,14 +193,14 @@ def test_a_drained_spot_node_gives_its_job_the_notice_and_the_attempt_is_preempt
     handle = backend.launch(
         _request(tmp_path, [PY, "-c", _TERM_SCRIPT, str(noticed)], offering=SPOT)
     )
-    until(Path(f"{noticed}.ready").exists)
+    until(Path(f"{noticed}0.ready").exists)
     assert backend.status(handle).state is RunState.RUNNING
     cluster.drain(cluster.spot_node)
     try:
         status = settle(backend, handle)
         assert status.state is RunState.PREEMPTED, status  # never failed, never "stopped"
         assert "drained" in status.reason
-        assert noticed.read_text() == "TERM"  # it had its notice: time to checkpoint
+        assert Path(f"{noticed}0").read_text() == "TERM"  # its notice: time to checkpoint
         time.sleep(1.5)  # past the node reading's reuse
         with pytest.raises(CapacityUnavailable, match="no node carries 'budgeteer-spot'"):
             backend.launch(_request(tmp_path, [PY, "-c", "0"], offering=SPOT))

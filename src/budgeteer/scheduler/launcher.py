@@ -6,8 +6,10 @@ whole: no launch of as many instances or more is sent to it until its backoff en
 per offering, however many jobs the plan puts there — and jobs placed on it wait queued while
 the plan, made again each cycle, may move them elsewhere. A backend that knows when room comes
 back (an on-prem pool's calendar) says so, and the planner counts that wait in every plan's
-finish on the offering. A job whose own run failed waits its retry backoff before it is
-launched again. All times are the scheduler's clock.
+finish on the offering. A spot offering refusing launch after launch is in a drought: it
+carries an expected wait as long as the drought so far (at least its backoff) into every plan,
+so jobs that cannot absorb it fail over to another zone, region or on-demand on the next cycle.
+A job whose own run failed waits its retry backoff before it is launched again. All times are the scheduler's clock.
 
 The attempt is recorded before the backend is asked, and ended if the launch fails: capacity →
 the job back to the queue; a final refusal, or an error the backend raised unexpectedly → the
@@ -26,7 +28,7 @@ from pathlib import Path
 from budgeteer.backends.base import CapacityUnavailable, ComputeBackend, LaunchFailed, LaunchRequest
 from budgeteer.core import Placement
 from budgeteer.domain.job import Job, JobState
-from budgeteer.domain.offering import Offering
+from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.live import Live, LiveAttempts
 from budgeteer.store.base import Attempt, Store
@@ -46,11 +48,12 @@ def backoff_seconds(tries: int) -> float:
 @dataclass(frozen=True, slots=True)
 class FullOffering:
     """An offering that refused ``instances`` instances: none of as many or more is asked of
-    it before ``until``; ``misses`` refusals in a row so far."""
+    it before ``until``; ``misses`` refusals in a row so far, the first at ``since``."""
 
     instances: int
     until: datetime
     misses: int
+    since: datetime
 
 
 class Launcher:
@@ -162,6 +165,7 @@ class Launcher:
         )
         previous = self.full.get(offering.id)
         misses = 1 + (previous.misses if previous is not None else 0)
+        since = previous.since if previous is not None else now
         delay = backoff_seconds(misses)
         until = now + timedelta(seconds=delay)
         if exc.retry_at is not None and exc.retry_at > now:
@@ -170,7 +174,15 @@ class Launcher:
             until = max(until, exc.retry_at)
             delay = (until - now).total_seconds()
             self._back[offering.id] = exc.retry_at
-        self.full[offering.id] = FullOffering(placement.instances, until, misses)
+        elif offering.market is Market.SPOT:
+            # a spot drought: outages are heavy-tailed, so one that has lasted D is expected
+            # to last about D more (at least the backoff). Every plan counts that wait in its
+            # finish on this offering, so a job that cannot absorb it goes to another zone,
+            # region or on-demand at once — not after its slack is gone
+            self._back[offering.id] = now + timedelta(
+                seconds=max(delay, (now - since).total_seconds())
+            )
+        self.full[offering.id] = FullOffering(placement.instances, until, misses, since)
         self.store.transition(
             job.id, JobState.QUEUED, at=now, cause=f"{exc}; offering retried in {delay:.0f} s"
         )
