@@ -160,6 +160,33 @@ def test_stop_sends_the_notice_then_cancels_after_the_grace(
     assert (status.state, status.reason) == (RunState.STOPPED, "cancelled by user")
 
 
+def test_every_rank_of_a_multi_node_job_gets_the_notice(
+    backend: SlurmBackend, cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """Budgeteer's notice (``scancel --signal=TERM`` to the steps) and Slurm's own end of a
+    job (a cancel or a preemption: SIGTERM to every step, SIGKILL after ``KillWait``) reach each
+    rank's process on each node, each with time to checkpoint."""
+    script = (
+        "import os, signal, sys, time, pathlib; r = os.environ['BUDGETEER_NODE_RANK']; "
+        "signal.signal(signal.SIGTERM, "
+        "lambda *a: (pathlib.Path(sys.argv[1] + r).write_text('TERM'), sys.exit(75))); "
+        "pathlib.Path(sys.argv[1] + r + '.ready').touch(); time.sleep(600)"
+    )
+    for how, job in (("budgeteer", "gang-1"), ("slurm", "gang-2")):
+        noticed = tmp_path / f"{how}-noticed"
+        handle = backend.launch(
+            _request(tmp_path, [PY, "-c", script, str(noticed)], instances=2, job=job)
+        )
+        until(lambda n=noticed: all(Path(f"{n}{r}.ready").exists() for r in "01"))  # type: ignore[misc]
+        if how == "budgeteer":
+            backend.stop(handle, "cancelled by user")
+        else:
+            cluster.run("scancel", handle.id)
+        status = settle(backend, handle, 60)
+        assert status.state is RunState.STOPPED, status
+        assert [Path(f"{noticed}{r}").read_text() for r in "01"] == ["TERM", "TERM"], how
+
+
 def test_capacity_and_placement_errors(
     backend: SlurmBackend, cluster: LocalSlurm, tmp_path: Path
 ) -> None:
