@@ -7,7 +7,7 @@ per offering, however many jobs the plan puts there — and jobs placed on it wa
 the plan, made again each cycle, may move them elsewhere. A backend that knows when room comes
 back (an on-prem pool's calendar) says so, and the planner counts that wait in every plan's
 finish on the offering. A spot offering refusing launch after launch is in a drought: it
-carries an expected wait as long as the drought so far (at least its backoff) into every plan,
+carries an expected wait of half the drought so far (at least its backoff) into every plan,
 so jobs that cannot absorb it fail over to another zone, region or on-demand on the next cycle.
 A job whose own run failed waits its retry backoff before it is launched again. All times are the scheduler's clock.
 
@@ -48,7 +48,9 @@ def backoff_seconds(tries: int) -> float:
 @dataclass(frozen=True, slots=True)
 class FullOffering:
     """An offering that refused ``instances`` instances: none of as many or more is asked of
-    it before ``until``; ``misses`` refusals in a row so far, the first at ``since``."""
+    it before ``until``; ``misses`` refusals in a row so far; ``since``: when the drought was
+    first seen — reset when the offering went unprobed for longer than its backoff after
+    ``until`` (nobody knows what happened meanwhile: a new drought may have begun)."""
 
     instances: int
     until: datetime
@@ -165,7 +167,11 @@ class Launcher:
         )
         previous = self.full.get(offering.id)
         misses = 1 + (previous.misses if previous is not None else 0)
-        since = previous.since if previous is not None else now
+        since = now
+        if previous is not None and now - previous.until <= timedelta(
+            seconds=backoff_seconds(previous.misses)
+        ):
+            since = previous.since  # probed again soon after its backoff: the same drought
         delay = backoff_seconds(misses)
         until = now + timedelta(seconds=delay)
         if exc.retry_at is not None and exc.retry_at > now:
@@ -175,12 +181,14 @@ class Launcher:
             delay = (until - now).total_seconds()
             self._back[offering.id] = exc.retry_at
         elif offering.market is Market.SPOT:
-            # a spot drought: outages are heavy-tailed, so one that has lasted D is expected
-            # to last about D more (at least the backoff). Every plan counts that wait in its
-            # finish on this offering, so a job that cannot absorb it goes to another zone,
-            # region or on-demand at once — not after its slack is gone
+            # a spot drought: outages are heavy-tailed, so the longer one has lasted the longer
+            # it is expected to last — D/2 more after D (a Pareto tail of index 3; D more, index
+            # 2, measured too costly in the scenarios: benchmarks/README.md), at least the
+            # backoff. Every plan counts that wait in its finish on this offering, so a job that
+            # cannot absorb it goes to another zone, region or on-demand at once — not after its
+            # slack is gone
             self._back[offering.id] = now + timedelta(
-                seconds=max(delay, (now - since).total_seconds())
+                seconds=max(delay, 0.5 * (now - since).total_seconds())
             )
         self.full[offering.id] = FullOffering(placement.instances, until, misses, since)
         self.store.transition(
