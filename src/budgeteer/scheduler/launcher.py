@@ -9,7 +9,8 @@ back (an on-prem pool's calendar) says so, and the planner counts that wait in e
 finish on the offering. A spot offering refusing launch after launch is in a drought: it
 carries an expected wait of half the drought so far (at least its backoff) into every plan,
 so jobs that cannot absorb it fail over to another zone, region or on-demand on the next cycle.
-A job whose own run failed waits its retry backoff before it is launched again. All times are the scheduler's clock.
+A job whose own run failed waits its retry backoff before it is launched again. All times are
+the scheduler's clock.
 
 The attempt is recorded before the backend is asked, and ended if the launch fails: capacity →
 the job back to the queue; a final refusal, or an error the backend raised unexpectedly → the
