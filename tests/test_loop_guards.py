@@ -276,6 +276,9 @@ def test_a_job_that_cannot_wait_out_a_spot_drought_fails_over_to_another_zone() 
     # then); the job that ignored the drought would stay until t = 150 min
     assert moved_at - T0 <= timedelta(minutes=115), moved_at - T0
     assert store.job("p0").state is JobState.SUCCEEDED
+    # the events say why: the drought's length and the wait the plans count
+    causes = [e.cause for e in store.events("p0")]
+    assert any("a spot drought for" in c and "plans count" in c for c in causes), causes
     last = store.attempts("p0")[-1]
     assert last.offering_id != "spot-a"
     assert last.ended_at is not None

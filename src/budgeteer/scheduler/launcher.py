@@ -175,6 +175,7 @@ class Launcher:
             since = previous.since  # probed again soon after its backoff: the same drought
         delay = backoff_seconds(misses)
         until = now + timedelta(seconds=delay)
+        cause = f"{exc}; offering retried in {delay:.0f} s"
         if exc.retry_at is not None and exc.retry_at > now:
             # the backend knows when room comes back (a pool's calendar): wait for it, and
             # let the planner count the wait in every plan's finish on this offering
@@ -188,13 +189,16 @@ class Launcher:
             # backoff. Every plan counts that wait in its finish on this offering, so a job that
             # cannot absorb it goes to another zone, region or on-demand at once — not after its
             # slack is gone
-            self._back[offering.id] = now + timedelta(
-                seconds=max(delay, 0.5 * (now - since).total_seconds())
-            )
+            drought = (now - since).total_seconds()
+            wait = max(delay, 0.5 * drought)
+            self._back[offering.id] = now + timedelta(seconds=wait)
+            if misses > 1:  # the numbers behind the plans that now avoid it
+                cause += (
+                    f"; a spot drought for {drought / 60:.0f} min so far ({misses} refusals): "
+                    f"plans count {wait / 60:.0f} min more before it has room"
+                )
         self.full[offering.id] = FullOffering(placement.instances, until, misses, since)
-        self.store.transition(
-            job.id, JobState.QUEUED, at=now, cause=f"{exc}; offering retried in {delay:.0f} s"
-        )
+        self.store.transition(job.id, JobState.QUEUED, at=now, cause=cause)
 
     def _failed(
         self,
