@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from api_world import ADMIN, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
 from budgeteer.domain.outcome import AttemptOutcome
-from budgeteer.store import LedgerEntry
+from budgeteer.store import LedgerEntry, OfferingBackoff
 
 
 def test_submit_follow_explain_and_cancel(world: World) -> None:
@@ -280,6 +280,32 @@ def test_offerings_filter(world: World) -> None:
     prices = [float(o["usd_per_hour"]) for o in rows]
     assert prices == sorted(prices)
     assert all(o["price_source"] for o in rows)
+    assert all(o["backoff"] is None for o in rows)  # nothing refused yet
+
+
+def test_offerings_show_a_drought_the_scheduler_counts(world: World) -> None:
+    spot = next(o for o in world.ctx.catalog.offerings if o.market.value == "spot")
+    now = world.clock.now()
+    world.store.put_backoff(
+        OfferingBackoff(
+            spot.id,
+            1,
+            now + timedelta(minutes=10),
+            7,
+            now - timedelta(hours=1),
+            now + timedelta(minutes=30),
+        )
+    )
+    rows = world.http.get("/v1/offerings", headers=world.auth(world.growth)).json()["offerings"]
+    (dry,) = [o for o in rows if o["backoff"] is not None]
+    assert dry["id"] == spot.id
+    assert dry["backoff"] == {
+        "refusals": 7,
+        "since": (now - timedelta(hours=1)).isoformat(),
+        "retry_after": (now + timedelta(minutes=10)).isoformat(),
+        "room_expected_at": (now + timedelta(minutes=30)).isoformat(),
+        "instances": 1,
+    }
 
 
 def test_metrics_parse_and_follow_the_ledger(world: World) -> None:

@@ -283,3 +283,29 @@ def test_a_job_that_cannot_wait_out_a_spot_drought_fails_over_to_another_zone() 
     assert last.offering_id != "spot-a"
     assert last.ended_at is not None
     assert last.ended_at <= T0 + timedelta(hours=4.5)  # on time
+
+
+def test_a_restarted_scheduler_remembers_a_drought() -> None:
+    """The backoff and the drought's expected wait are in the store: a second scheduler over
+    it does not probe the dry offering again at once, and its plans count the wait. (Catches:
+    backoffs only in memory — a restart forgets the drought and probes at once.)"""
+    world = _world(
+        [
+            make_offering("spot", price=1.0, market=Market.SPOT, interruption_per_hour=0.01),
+            make_offering("od", price=10.0),
+        ],
+        available=np.zeros(100_000, dtype=bool),
+    )
+    world.submit(make_job("j", hours=1.0, deadline_hours=100))
+    world.run(hours=0.5, every_seconds=60)  # refusals for half an hour
+    refused = len(world.backend.requests)
+    assert refused >= 4
+    (kept,) = world.store.backoffs()
+    assert (kept.offering_id, kept.misses) == ("spot", refused)
+    assert kept.room_at is not None
+    assert kept.room_at > world.kernel.now  # a wait the plans count
+    again = world.scheduler()  # a restart
+    assert again.launcher.full == {"spot": kept}
+    assert again.launcher.capacity_back(world.kernel.now) == (("spot", kept.room_at),)
+    again.cycle()  # inside the backoff: no probe
+    assert len(world.backend.requests) == refused

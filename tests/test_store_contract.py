@@ -24,6 +24,7 @@ from budgeteer.store import (
     LedgerEntry,
     Move,
     NotFound,
+    OfferingBackoff,
     SqlStore,
     Store,
     Submission,
@@ -166,6 +167,22 @@ def test_submissions_in_one_batch_keep_their_own_outcomes(store: Store) -> None:
     )
     assert fresh == [Submission(("f",), replayed=False), Submission(("f",), replayed=True)]
     assert [e.to_state for e in store.events("e")] == [S.SUBMITTED]
+
+
+def test_offering_backoffs_round_trip_replace_and_clear(store: Store) -> None:
+    assert store.backoffs() == []
+    dry = OfferingBackoff("aws/az1/p3/spot", 1, NOW + timedelta(minutes=10), 3, NOW, None)
+    full = OfferingBackoff("pool", 2, NOW + timedelta(hours=1), 1, NOW, NOW + timedelta(hours=9))
+    store.put_backoff(dry)
+    store.put_backoff(full)
+    assert store.backoffs() == [dry, full]
+    worse = dataclasses.replace(dry, misses=4, room_at=NOW + timedelta(minutes=40))
+    store.put_backoff(worse)  # replaces: one per offering
+    assert store.backoffs() == [worse, full]
+    store.clear_backoff("pool")
+    store.clear_backoff("never-backed-off")  # no-op
+    assert store.backoffs() == [worse]
+    assert store.backoffs()[0].room_at == NOW + timedelta(minutes=40)  # times keep their zone
 
 
 def test_unknown_ids(store: Store) -> None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from budgeteer.api.auth import hash_token, new_secret
 from budgeteer.api.deps import Admin, Ctx, Person
 from budgeteer.domain.offering import Market
-from budgeteer.store import ApiToken, Store
+from budgeteer.store import ApiToken, OfferingBackoff, Store
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 Team = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -77,8 +77,12 @@ def list_offerings(
     market: Annotated[Market | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> dict[str, Any]:
-    """Current prices with their source and age, cheapest first."""
+    """Current prices with their source and age, cheapest first; an offering that refused
+    launches for capacity carries ``backoff``: its refusals in a row, since when, when it is
+    probed again, and when plans expect room (a spot drought's expected end, a pool's
+    opening) — what the scheduler now counts in every plan there."""
     now = ctx.clock.now()
+    backoffs = {b.offering_id: b for b in ctx.store.backoffs()}
     rows = [
         o
         for o in ctx.catalog.offerings
@@ -105,7 +109,18 @@ def list_offerings(
                 if o.price.observed_at
                 else None,
                 "interruption_per_hour": o.interruption_per_hour,
+                "backoff": _backoff(backoffs[o.id]) if o.id in backoffs else None,
             }
             for o in rows[:limit]
         ]
+    }
+
+
+def _backoff(b: OfferingBackoff) -> dict[str, Any]:
+    return {
+        "refusals": b.misses,
+        "since": b.since.isoformat(),
+        "retry_after": b.until.isoformat(),
+        "room_expected_at": b.room_at.isoformat() if b.room_at else None,
+        "instances": b.instances,
     }

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -32,7 +31,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.live import Live, LiveAttempts
-from budgeteer.store.base import Attempt, Store
+from budgeteer.store.base import Attempt, OfferingBackoff, Store
 
 log = logging.getLogger("budgeteer.scheduler")
 #: Backoff after a failed run or a full offering: doubling from 30 s, at most 10 min (clock).
@@ -44,19 +43,6 @@ def backoff_seconds(tries: int) -> float:
     """The wait after the ``tries``-th failure in a row: 30 s doubling, at most 10 min — for
     any count (an offering may refuse thousands of times through a spot drought)."""
     return min(RETRY_BASE_SECONDS * 2.0 ** min(max(tries - 1, 0), 32), RETRY_MAX_SECONDS)
-
-
-@dataclass(frozen=True, slots=True)
-class FullOffering:
-    """An offering that refused ``instances`` instances: none of as many or more is asked of
-    it before ``until``; ``misses`` refusals in a row so far; ``since``: when the drought was
-    first seen — reset when the offering went unprobed for longer than its backoff after
-    ``until`` (nobody knows what happened meanwhile: a new drought may have begun)."""
-
-    instances: int
-    until: datetime
-    misses: int
-    since: datetime
 
 
 class Launcher:
@@ -78,8 +64,8 @@ class Launcher:
         self.live = live
         self.job_env = job_env  # extra environment per job (the API URL and the job token)
         self.not_before: dict[str, datetime] = {}  # a job's retry backoff
-        self.full: dict[str, FullOffering] = {}
-        self._back: dict[str, datetime] = {}  # a full offering's room is back at this time
+        # offerings backing off, kept in the store: a restart does not forget a drought
+        self.full: dict[str, OfferingBackoff] = {b.offering_id: b for b in store.backoffs()}
 
     def request(self, job: Job, attempt: Attempt) -> LaunchRequest:
         """What the backend is asked to run (or re-attach to) for this attempt: every attempt
@@ -106,7 +92,7 @@ class Launcher:
         """Whether the job waits its retry backoff."""
         return self.not_before.get(job_id, now) > now
 
-    def blocked(self, placement: Placement, now: datetime) -> FullOffering | None:
+    def blocked(self, placement: Placement, now: datetime) -> OfferingBackoff | None:
         """The offering's backoff when it stops this placement now."""
         full = self.full.get(placement.offering_id)
         if full is not None and placement.instances >= full.instances and full.until > now:
@@ -115,7 +101,13 @@ class Launcher:
 
     def capacity_back(self, now: datetime) -> tuple[tuple[str, datetime], ...]:
         """Offerings whose room comes back later, with when (for the snapshot)."""
-        return tuple(sorted((o, t) for o, t in self._back.items() if t > now))
+        return tuple(
+            sorted(
+                (o, b.room_at)
+                for o, b in self.full.items()
+                if b.room_at is not None and b.room_at > now
+            )
+        )
 
     def launch(self, job: Job, placement: Placement, now: datetime) -> Live | None:
         """Record an attempt and launch it; the live attempt, or ``None`` when it did not
@@ -148,8 +140,8 @@ class Launcher:
             reason = f"backend error: {type(exc).__name__}: {exc}"
             self._failed(job, attempt, reason, AttemptOutcome.BACKEND_ERROR, now, reason)
             return None
-        self.full.pop(offering.id, None)
-        self._back.pop(offering.id, None)
+        if self.full.pop(offering.id, None) is not None:
+            self.store.clear_backoff(offering.id)
         live = Live(attempt, handle, placement.expected_cost_usd, attempt.started_at)
         self.live.add(live)
         return live
@@ -176,12 +168,13 @@ class Launcher:
         delay = backoff_seconds(misses)
         until = now + timedelta(seconds=delay)
         cause = f"{exc}; offering retried in {delay:.0f} s"
+        room_at = None
         if exc.retry_at is not None and exc.retry_at > now:
             # the backend knows when room comes back (a pool's calendar): wait for it, and
             # let the planner count the wait in every plan's finish on this offering
             until = max(until, exc.retry_at)
             delay = (until - now).total_seconds()
-            self._back[offering.id] = exc.retry_at
+            room_at = exc.retry_at
         elif offering.market is Market.SPOT:
             # a spot drought: outages are heavy-tailed, so the longer one has lasted the longer
             # it is expected to last — D/2 more after D (a Pareto tail of index 3; D more, index
@@ -191,13 +184,15 @@ class Launcher:
             # slack is gone
             drought = (now - since).total_seconds()
             wait = max(delay, 0.5 * drought)
-            self._back[offering.id] = now + timedelta(seconds=wait)
+            room_at = now + timedelta(seconds=wait)
             if misses > 1:  # the numbers behind the plans that now avoid it
                 cause += (
                     f"; a spot drought for {drought / 60:.0f} min so far ({misses} refusals): "
                     f"plans count {wait / 60:.0f} min more before it has room"
                 )
-        self.full[offering.id] = FullOffering(placement.instances, until, misses, since)
+        backoff = OfferingBackoff(offering.id, placement.instances, until, misses, since, room_at)
+        self.store.put_backoff(backoff)
+        self.full[offering.id] = backoff
         self.store.transition(job.id, JobState.QUEUED, at=now, cause=cause)
 
     def _failed(

@@ -84,6 +84,22 @@ def check_distinct(moves: Sequence[Move]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class OfferingBackoff:
+    """An offering that refused launches for capacity, as the launcher keeps it (in the store,
+    so that a restarted scheduler — or an API replica — knows a drought): no launch of
+    ``instances`` instances or more before ``until``; ``misses`` refusals in a row, the first
+    at ``since``; plans expect room at ``room_at`` (a pool's opening, a drought's expected
+    end), or count no wait (``None``)."""
+
+    offering_id: str
+    instances: int
+    until: datetime
+    misses: int
+    since: datetime
+    room_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One try at running a job on a backend: where, on what market, and how it ended."""
 
@@ -300,6 +316,18 @@ class Store(Protocol):
 
     def revoke_token(self, token_id: str, *, at: datetime) -> ApiToken:
         """Revoke a token (again: no-op); :class:`NotFound` for an unknown id."""
+        ...
+
+    def put_backoff(self, backoff: OfferingBackoff) -> None:
+        """Keep an offering's backoff (replacing the one it had)."""
+        ...
+
+    def clear_backoff(self, offering_id: str) -> None:
+        """Forget an offering's backoff (it launched again); no-op when it had none."""
+        ...
+
+    def backoffs(self) -> list[OfferingBackoff]:
+        """Every offering's backoff, by offering id."""
         ...
 
     def add_session(self, session_hash: str, session: WebSession) -> None:

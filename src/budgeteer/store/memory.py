@@ -22,6 +22,7 @@ from budgeteer.store.base import (
     LedgerEntry,
     Move,
     NotFound,
+    OfferingBackoff,
     ProgressReport,
     Submission,
     SubmitRequest,
@@ -47,6 +48,7 @@ class MemoryStore:
         self._cancel: set[str] = set()
         self._tokens: dict[str, tuple[ApiToken, str]] = {}
         self._sessions: dict[str, WebSession] = {}
+        self._backoffs: dict[str, OfferingBackoff] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -303,6 +305,21 @@ class MemoryStore:
                 token = dataclasses.replace(token, revoked_at=at)
                 self._tokens[token_id] = (token, token_hash)
             return token
+
+    def put_backoff(self, backoff: OfferingBackoff) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            self._backoffs[backoff.offering_id] = backoff
+
+    def clear_backoff(self, offering_id: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            self._backoffs.pop(offering_id, None)
+
+    def backoffs(self) -> list[OfferingBackoff]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [self._backoffs[k] for k in sorted(self._backoffs)]
 
     def add_session(self, session_hash: str, session: WebSession) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

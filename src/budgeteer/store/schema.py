@@ -167,6 +167,17 @@ web_sessions = sa.Table(
     sa.Column("expires_at", UtcDateTime, nullable=False, index=True),
 )
 
+offering_backoffs = sa.Table(
+    "offering_backoffs",
+    metadata,
+    sa.Column("offering_id", sa.String(255), primary_key=True),
+    sa.Column("instances", sa.Integer, nullable=False),
+    sa.Column("until", UtcDateTime, nullable=False),
+    sa.Column("misses", sa.Integer, nullable=False),
+    sa.Column("since", UtcDateTime, nullable=False),
+    sa.Column("room_at", UtcDateTime),
+)
+
 webhook_deliveries = sa.Table(
     "webhook_deliveries",
     metadata,

@@ -5,6 +5,7 @@ through the API, progress reports and the webhook outbox (a mixin of
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ from budgeteer.store.base import (
     ApiToken,
     JobFilter,
     NotFound,
+    OfferingBackoff,
     ProgressReport,
     UnknownJob,
     WebhookDelivery,
@@ -128,6 +130,30 @@ class ServiceTables:
         s = t.web_sessions
         with self._tx() as conn:
             conn.execute(s.delete().where(s.c.session_hash == session_hash))
+
+    def put_backoff(self, backoff: OfferingBackoff) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        b = t.offering_backoffs
+        row = dataclasses.asdict(backoff)
+        with self._tx() as conn:
+            conn.execute(b.delete().where(b.c.offering_id == backoff.offering_id))
+            conn.execute(b.insert().values(**row))
+
+    def clear_backoff(self, offering_id: str) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        b = t.offering_backoffs
+        with self._tx() as conn:
+            conn.execute(b.delete().where(b.c.offering_id == offering_id))
+
+    def backoffs(self) -> list[OfferingBackoff]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        b = t.offering_backoffs
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(b).order_by(b.c.offering_id)).all()
+        return [
+            OfferingBackoff(r.offering_id, r.instances, r.until, r.misses, r.since, r.room_at)
+            for r in rows
+        ]
 
     def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
