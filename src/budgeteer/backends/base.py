@@ -81,6 +81,26 @@ class Handle:
     instance_ids: tuple[str, ...]
     launched_at: datetime
 
+    @classmethod
+    def of(
+        cls,
+        backend: str,
+        handle_id: str,
+        request: LaunchRequest,
+        instance_ids: tuple[str, ...],
+        launched_at: datetime,
+    ) -> Handle:
+        """The handle of ``request``'s attempt, known to ``backend`` as ``handle_id``."""
+        return cls(
+            backend,
+            handle_id,
+            request.job_id,
+            request.attempt,
+            request.offering.id,
+            instance_ids,
+            launched_at,
+        )
+
 
 class RunState(StrEnum):
     """Where an attempt stands on its backend."""

@@ -181,14 +181,8 @@ class RayBackend(CatalogPrices):
             raise LaunchFailed(f"Ray refused the job {sid}: {str(exc)[:300]}") from None
         except (ConnectionError, OSError) as exc:
             raise RayUnavailable(f"Ray at {self.address}: {exc}") from None
-        handle = Handle(
-            self.name,
-            sid,
-            request.job_id,
-            request.attempt,
-            request.offering.id,
-            _instances(sid, request.instances),
-            self.clock.now(),
+        handle = Handle.of(
+            self.name, sid, request, _instances(sid, request.instances), self.clock.now()
         )
         with self._lock:
             self._attempts[sid] = _Attempt(handle, resource)
@@ -201,15 +195,7 @@ class RayBackend(CatalogPrices):
         if info is None:
             return None
         started = _time(getattr(info, "start_time", None)) or self.clock.now()
-        handle = Handle(
-            self.name,
-            sid,
-            request.job_id,
-            request.attempt,
-            request.offering.id,
-            _instances(sid, request.instances),
-            started,
-        )
+        handle = Handle.of(self.name, sid, request, _instances(sid, request.instances), started)
         with self._lock:
             self._attempts[sid] = _Attempt(handle, self.placements.get(request.offering.id, ""))
         return handle

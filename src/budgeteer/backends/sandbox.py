@@ -118,9 +118,7 @@ class SandboxBackend(MarketPrices):
             if not self.market.available(offering, now):
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
             hid = f"{request.job_id}.{request.attempt}"
-            handle = Handle(
-                self.name, hid, request.job_id, request.attempt, offering.id, _ids(request), now
-            )
+            handle = Handle.of(self.name, hid, request, _ids(request), now)
             state_dir = self.workdir / "attempts" / hid
             state_dir.mkdir(parents=True, exist_ok=True)
             ready_at = now + timedelta(seconds=offering.startup_seconds)
@@ -139,15 +137,8 @@ class SandboxBackend(MarketPrices):
         if not (state_dir / "launch.json").exists():
             return None
         record = json.loads((state_dir / "launch.json").read_text())
-        handle = Handle(
-            self.name,
-            hid,
-            request.job_id,
-            request.attempt,
-            request.offering.id,
-            _ids(request),
-            datetime.fromisoformat(record["launched_at"]),
-        )
+        launched = datetime.fromisoformat(record["launched_at"])
+        handle = Handle.of(self.name, hid, request, _ids(request), launched)
         attempt = _Attempt(
             handle,
             request,

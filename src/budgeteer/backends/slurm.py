@@ -183,15 +183,7 @@ class SlurmBackend(CatalogPrices):
         if not slurm_id.isdigit():
             raise LaunchFailed(f"sbatch answered {out.strip()!r}, not a job id")
         now = self.clock.now()
-        handle = Handle(
-            self.name,
-            slurm_id,
-            request.job_id,
-            request.attempt,
-            request.offering.id,
-            _ids(slurm_id, request.instances),
-            now,
-        )
+        handle = Handle.of(self.name, slurm_id, request, _ids(slurm_id, request.instances), now)
         attempt = _Attempt(handle, request, state_dir / "slurm.json")
         _save(attempt)
         with self._lock:
@@ -210,14 +202,8 @@ class SlurmBackend(CatalogPrices):
             return None
         slurm_id = str(job["job_id"]) if job is not None else str(known["slurm_id"])  # type: ignore[index]
         launched = datetime.fromisoformat(known["launched_at"]) if known else self.clock.now()
-        handle = Handle(
-            self.name,
-            slurm_id,
-            request.job_id,
-            request.attempt,
-            request.offering.id,
-            _ids(slurm_id, request.instances),
-            launched,
+        handle = Handle.of(
+            self.name, slurm_id, request, _ids(slurm_id, request.instances), launched
         )
         attempt = _Attempt(handle, request, record)
         if known is not None:

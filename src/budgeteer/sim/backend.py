@@ -122,7 +122,7 @@ class SimBackend(MarketPrices):
             raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%Y-%m-%d %H:%M}")
         hid = f"{request.job_id}.{request.attempt}"
         ids = tuple(f"{hid}-{i}" for i in range(request.instances))
-        handle = Handle(self.name, hid, request.job_id, request.attempt, offering.id, ids, now)
+        handle = Handle.of(self.name, hid, request, ids, now)
         run = _Run(
             handle,
             request,
