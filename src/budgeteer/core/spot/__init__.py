@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from budgeteer.core.spot.mdp import Default
+from budgeteer.core.spot.decide import Decision, Default, Situation, TableMemo, decide
 from budgeteer.core.spot.optimal import optimal_decisions
 from budgeteer.core.spot.policies import Greedy, OnDemand, UniformProgress
 from budgeteer.core.spot.replay import (
@@ -49,13 +49,17 @@ def run_policy(
 __all__ = [
     "POLICY_NAMES",
     "Decider",
+    "Decision",
     "Market",
     "Mode",
     "Observation",
     "RuleSet",
     "RunResult",
+    "Situation",
     "SpotJob",
     "SwitchRule",
+    "TableMemo",
+    "decide",
     "job_rules",
     "optimal_decisions",
     "replay",

@@ -1,0 +1,194 @@
+"""Spot availability as a semi-Markov chain, estimated from observed up and down periods.
+
+Spot is up or down, and how long it has been so (in age buckets, in units of the changeover)
+changes the odds that it flips: short outages and flapping windows are common, long ones last.
+The same estimate serves the replay benchmark, which cuts a trace's history into periods, and
+the service, which learns each offering's periods online (:class:`MarketHistory`: launches that
+succeed, launches refused for capacity, preemptions, and a backend's availability feed) and
+keeps them in the store.
+
+Estimation is exposure-based per age bucket — (periods that ended in the bucket) ÷ (time spent
+in it) — shrunk towards a prior worth ``PRIOR_HOURS`` of evidence. Example: with one complete
+6-minute outage and 10 hours up observed, the down hazard of the first bucket is about
+(1 + prior) ÷ (0.1 h + prior exposure): far above the prior's 2 per hour, so a fresh outage is
+expected to end soon.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import numpy as np
+from numpy.typing import NDArray
+
+F = NDArray[np.float64]
+
+#: Age buckets (in changeovers) of an up or a down period: [0, 1), [1, 2), [2, 6), [6, ∞).
+BUCKET_EDGES = (0.0, 1.0, 2.0, 6.0)
+#: Prior: spot goes down 0.3 times per available hour (median of the six 1-node V100 traces)
+#: and outages last half an hour on average; worth 12 hours of evidence.
+PRIOR_DOWN_PER_HOUR = 0.3
+PRIOR_UP_PER_HOUR = 2.0
+PRIOR_HOURS = 12.0
+#: How much history an estimate reads: a week (the replay's window) …
+HISTORY_DAYS = 7.0
+#: … and, in the service, at most this many closed periods per offering.
+MAX_PERIODS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """One stretch of spot being up (``up``) or down, ``hours`` long; ``complete`` when both
+    its ends were seen (a period cut by the window or still going is censored)."""
+
+    up: bool
+    hours: float
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """A Markov chain over availability states (up/down × age bucket), per MDP step.
+
+    ``transition[s, s']`` is the probability of moving from ``s`` to ``s'`` in one step;
+    ``up[s]`` whether spot can be had in state ``s``.
+    """
+
+    transition: F
+    up: NDArray[np.bool_]
+    bucket_steps: tuple[float, ...]
+
+    def state_of(self, up: bool, age_steps: float) -> int:
+        """The state index for an up/down period of ``age_steps``."""
+        b = sum(age_steps >= edge for edge in self.bucket_steps) - 1
+        return (0 if up else len(self.bucket_steps)) + max(b, 0)
+
+    def key(self) -> bytes:
+        """A fingerprint of the chain (memo keys)."""
+        return self.transition.tobytes() + repr(self.bucket_steps).encode()
+
+
+def periods_of(available: NDArray[np.bool_], gap_hours: float) -> tuple[Period, ...]:
+    """The periods of a sampled availability series; the first and last are censored."""
+    if len(available) == 0:
+        return ()
+    edges = np.flatnonzero(np.diff(available.astype(np.int8))) + 1
+    bounds = [0, *edges.tolist(), len(available)]
+    out = []
+    for i in range(len(bounds) - 1):
+        complete = 0 < i < len(bounds) - 2
+        length = bounds[i + 1] - bounds[i]
+        out.append(Period(bool(available[bounds[i]]), length * gap_hours, complete))
+    return tuple(out)
+
+
+def estimate(
+    periods: tuple[Period, ...] | list[Period], step_hours: float, changeover_hours: float
+) -> Availability:
+    """Per-bucket end hazards from ``periods`` (exposure-based), shrunk towards the prior, as a
+    chain on steps of ``step_hours``; buckets in units of ``changeover_hours``."""
+    edges_steps = tuple(e * changeover_hours / step_hours for e in BUCKET_EDGES)
+    nb = len(edges_steps)
+    ends = np.zeros((2, nb))
+    exposure = np.zeros((2, nb))
+    for p in periods:
+        steps = p.hours / step_hours
+        for b in range(nb):
+            lo = edges_steps[b]
+            hi = edges_steps[b + 1] if b + 1 < nb else math.inf
+            exposure[int(p.up), b] += max(0.0, min(steps, hi) - lo)
+            if p.complete and lo <= steps < hi:
+                ends[int(p.up), b] += 1
+    prior_rate = np.array([PRIOR_UP_PER_HOUR, PRIOR_DOWN_PER_HOUR]) * step_hours  # per step
+    prior_exposure = PRIOR_HOURS / step_hours / nb
+    hazard = (ends + prior_rate[:, None] * prior_exposure) / (exposure + prior_exposure)
+    hazard = np.clip(hazard, 1e-6, 1 - 1e-6)
+    n = 2 * nb
+    t = np.zeros((n, n))
+    for is_up in (0, 1):
+        base = 0 if is_up else nb  # up states first
+        other = nb if is_up else 0
+        for b in range(nb):
+            s = base + b
+            h = hazard[is_up, b]
+            width = (edges_steps[b + 1] - edges_steps[b]) if b + 1 < nb else math.inf
+            advance = min(1.0, 1.0 / width) if math.isfinite(width) and width > 0 else 0.0
+            t[s, other] = h  # the period ends: the other value, age 0
+            t[s, s] = (1 - h) * (1 - advance)
+            if advance:
+                t[s, base + b + 1] = (1 - h) * advance
+    up = np.array([True] * nb + [False] * nb)
+    return Availability(t, up, edges_steps)
+
+
+def estimate_availability(
+    available: NDArray[np.bool_], gap_hours: float, step_ticks: int, changeover_hours: float
+) -> Availability:
+    """The chain for a sampled series (the replay's history), on steps of ``step_ticks``."""
+    return estimate(periods_of(available, gap_hours), step_ticks * gap_hours, changeover_hours)
+
+
+def mean_hours(periods: tuple[Period, ...], up: bool) -> float | None:
+    """The mean length of complete periods of one kind (``None`` before any)."""
+    lengths = [p.hours for p in periods if p.up is up and p.complete]
+    return sum(lengths) / len(lengths) if lengths else None
+
+
+@dataclass(frozen=True, slots=True)
+class MarketHistory:
+    """What the service has seen of one spot offering: its closed periods (oldest first, at
+    most :data:`MAX_PERIODS`), whether spot is up now (``None``: never seen), since when, and
+    whether that start was seen (a flip) or is only the first sighting (censored).
+
+    Example: refused at 10:00, refused at 10:20, launched at 10:50, preempted at 13:50 →
+    a down period of 50 min (its start is only the first sighting: censored), then an up
+    period of 3 h (complete, both ends seen), and down since 13:50.
+    """
+
+    offering_id: str
+    periods: tuple[Period, ...] = ()
+    up: bool | None = None
+    since: datetime | None = None
+    seen_start: bool = False
+    observations: int = 0
+
+    def observe(self, up: bool, at: datetime) -> MarketHistory:
+        """Fold in one sighting at ``at`` (sightings arrive in time order; an earlier one than
+        the current period's start is ignored)."""
+        if self.since is not None and at < self.since:
+            return self
+        seen = self.observations + 1
+        if self.up is None or self.since is None:
+            return replace(self, up=up, since=at, seen_start=False, observations=seen)
+        if up is self.up:
+            return replace(self, observations=seen)
+        hours = (at - self.since).total_seconds() / 3600.0
+        closed = Period(self.up, hours, self.seen_start)
+        periods = (*self.periods, closed)[-MAX_PERIODS:]
+        return MarketHistory(self.offering_id, periods, up, at, True, seen)
+
+    def periods_until(self, now: datetime) -> tuple[Period, ...]:
+        """The closed periods within the window, and the current one up to ``now`` (censored)."""
+        kept: list[Period] = []
+        budget = HISTORY_DAYS * 24.0
+        for p in reversed(self.periods):
+            if budget <= 0:
+                break
+            kept.append(p if p.hours <= budget else Period(p.up, budget, False))
+            budget -= p.hours
+        kept.reverse()
+        if self.up is not None and self.since is not None:
+            kept.append(Period(self.up, max(0.0, (now - self.since).total_seconds() / 3600), False))
+        return tuple(kept)
+
+    def age_hours(self, now: datetime) -> float:
+        """How long the current state has lasted (0 when never seen)."""
+        if self.since is None:
+            return 0.0
+        return max(0.0, (now - self.since).total_seconds() / 3600.0)
+
+    def estimate(self, now: datetime, step_hours: float, changeover_hours: float) -> Availability:
+        """The chain from what was seen up to ``now`` (the prior alone before any sighting)."""
+        return estimate(self.periods_until(now), step_hours, changeover_hours)
