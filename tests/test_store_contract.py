@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.domain.job import DeadlineMiss, Webhook
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
@@ -183,6 +184,25 @@ def test_offering_backoffs_round_trip_replace_and_clear(store: Store) -> None:
     store.clear_backoff("never-backed-off")  # no-op
     assert store.backoffs() == [worse]
     assert store.backoffs()[0].room_at == NOW + timedelta(minutes=40)  # times keep their zone
+
+
+def test_market_histories_round_trip_and_replace(store: Store) -> None:
+    assert store.markets() == []
+    seen = (
+        MarketHistory("aws/az1/p3/spot")
+        .observe(False, NOW)
+        .observe(True, NOW + timedelta(minutes=50))
+        .observe(False, NOW + timedelta(hours=3, minutes=50))
+    )
+    never = MarketHistory("gcp/a/a100/spot")
+    store.put_market(seen)
+    store.put_market(never)
+    assert store.markets() == [seen, never]
+    assert store.markets()[0].periods == (Period(False, 50 / 60, False), Period(True, 3.0, True))
+    later = seen.observe(True, NOW + timedelta(hours=4))
+    store.put_market(later)  # replaces: one per offering
+    assert store.markets() == [later, never]
+    assert store.markets()[0].since == NOW + timedelta(hours=4)  # times keep their zone
 
 
 def test_unknown_ids(store: Store) -> None:

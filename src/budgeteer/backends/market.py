@@ -281,9 +281,14 @@ class ZonedMarket:
 
 class MarketPrices:
     """The pricing half of the ``ComputeBackend`` port for backends that bill at a
-    :class:`SandboxMarket`'s prices (the sandbox and the simulator)."""
+    :class:`SandboxMarket`'s prices (the sandbox and the simulator), and their availability
+    feed (the scheduler's market book reads it each cycle)."""
 
     market: SandboxMarket
+
+    def spot_available(self, offering: Offering, at: datetime) -> bool:
+        """Whether the market has spot capacity of ``offering`` at ``at``."""
+        return self.market.available(offering, at)
 
     def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""

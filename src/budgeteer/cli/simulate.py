@@ -24,7 +24,7 @@ def simulate_command(
         typer.Option(
             "--policies",
             help="Comma-separated, or all: default, on-demand-fifo, spot-greedy-fifo, "
-            "priority-quota.",
+            "priority-quota; by name also default-planner-spot.",
         ),
     ] = "all",
     seed: Annotated[int | None, typer.Option("--seed", help="Overrides the scenario's.")] = None,
@@ -35,7 +35,7 @@ def simulate_command(
 ) -> None:
     """Replay a scenario's quarter of retraining with the service's own loop, per policy."""
     from budgeteer.sim import metrics  # noqa: PLC0415 - keeps the other commands light
-    from budgeteer.sim.policies import POLICY_NAMES  # noqa: PLC0415
+    from budgeteer.sim.policies import POLICY_NAMES, SELECTABLE  # noqa: PLC0415
     from budgeteer.sim.scenario import build, load_scenario  # noqa: PLC0415
 
     names = (
@@ -43,12 +43,12 @@ def simulate_command(
         if policies.strip() == "all"
         else [p.strip() for p in policies.split(",") if p.strip()]
     )
-    unknown = [n for n in names if n not in POLICY_NAMES]
+    unknown = [n for n in names if n not in SELECTABLE]
     try:
         if unknown or not names:
             raise SpecError(
                 "--policies",
-                f"unknown policy {unknown[0]!r}; available: {', '.join(POLICY_NAMES)}"
+                f"unknown policy {unknown[0]!r}; available: {', '.join(SELECTABLE)}"
                 if unknown
                 else "give at least one policy",
             )

@@ -51,6 +51,12 @@ class Policy:
     ``on_deadline_miss`` is ``run``) is planned late against a fresh deadline — for one no plan
     finishes in time, the fastest plan's time plus ``late_slack_fraction`` — and ordered after
     the on-time jobs of its tier; off, such jobs are held as infeasible.
+
+    ``live_spot``: the spot decider (:mod:`budgeteer.core.spot.decide`) watches every running
+    job that may use spot, every cycle, on a grid of ``spot_decision_seconds``: it bridges a
+    spot job to on-demand when its slack can no longer absorb what spot may cost, and moves an
+    on-demand job back to spot when spot is up and worth the changeover. Off (the simulator's
+    ``default-planner-spot``), the market is the planner's choice at launch alone.
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -74,6 +80,8 @@ class Policy:
     default_team_gpu_quota: int | None = None
     run_late_jobs: bool = True
     late_slack_fraction: float = 0.25
+    live_spot: bool = True
+    spot_decision_seconds: float = 300.0
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

@@ -18,7 +18,9 @@ class AttemptOutcome(StrEnum):
     BACKEND_ERROR = "backend_error"  # the backend raised unexpectedly for this attempt
     LOST = "lost"  # never launched before a restart
     EARLY_STOP = "early_stop"  # runtime control: the loss stalled
-    TO_ON_DEMAND = "to_on_demand"  # runtime control: moved off spot
+    TO_ON_DEMAND = "to_on_demand"  # runtime control: moved off spot for good (rule, late)
+    BRIDGE_ON_DEMAND = "bridge_on_demand"  # the spot decider: on-demand until spot is back
+    TO_SPOT = "to_spot"  # the spot decider: back to spot from on-demand
     SCALE_UP = "scale_up"  # runtime control: relaunched with more workers
     SHUTDOWN = "shutdown"  # the service stopped; resumes on the next start
     CANCELLED = "cancelled"  # stopped on request
@@ -30,5 +32,11 @@ class AttemptOutcome(StrEnum):
 
 
 _RELAUNCH = frozenset(
-    {AttemptOutcome.TO_ON_DEMAND, AttemptOutcome.SCALE_UP, AttemptOutcome.SHUTDOWN}
+    {
+        AttemptOutcome.TO_ON_DEMAND,
+        AttemptOutcome.BRIDGE_ON_DEMAND,
+        AttemptOutcome.TO_SPOT,
+        AttemptOutcome.SCALE_UP,
+        AttemptOutcome.SHUTDOWN,
+    }
 )

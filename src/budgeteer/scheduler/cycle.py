@@ -22,6 +22,7 @@ threads call only :meth:`Scheduler.snapshot`, which goes to the thread-safe snap
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 
@@ -32,12 +33,15 @@ from budgeteer.core import FrontCache, HoldReason, Plan, Policy, Snapshot
 from budgeteer.core.quarantine import plan_isolated, quarantined
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Offering
 from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import LiveAttempts
+from budgeteer.scheduler.markets import MarketBook
 from budgeteer.scheduler.parking import ParkingLot
 from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
+from budgeteer.scheduler.spot_live import LiveSpot
 from budgeteer.store.base import Move, Store
 
 S = JobState
@@ -80,7 +84,10 @@ class Scheduler:
         self.parking = ParkingLot(park_seconds)
         self.cache = FrontCache()
         offerings = {o.id: o for o in catalog.offerings}
-        self.launcher = Launcher(store, backend, offerings, checkpoint_root, self.live, job_env)
+        self.markets = MarketBook(store, offerings, backend)
+        self.launcher = Launcher(
+            store, backend, offerings, checkpoint_root, self.live, job_env, self.markets
+        )
         self.snapshots = SnapshotBuilder(
             store,
             backend,
@@ -104,6 +111,7 @@ class Scheduler:
             self.progress,
             self.snapshots.spend,
             self._attempt_ended,
+            LiveSpot(self.markets, offerings, self.policy, self._price),
         )
         #: jobs whose planning raised, with the error (read by API threads: replaced whole)
         self.quarantined: Mapping[str, str] = MappingProxyType({})
@@ -118,7 +126,8 @@ class Scheduler:
         if not self._adopted:
             self.reconciler.adopt(report)
             self._adopted = True
-        # 1. reconcile
+        # 1. reconcile (the spot markets first: what the backend's feed says now)
+        self.markets.sweep(self.clock.now())
         self.reconciler.reconcile(report)
         # 2. wake
         self._wake()
@@ -180,6 +189,10 @@ class Scheduler:
             if any(self.backend.status(live.handle).state.is_final for live in self.live):
                 return True
         return False
+
+    def _price(self, offering: Offering, at: datetime) -> float:
+        """The price per instance-hour the backend bills now (the spot decider's prices)."""
+        return float(self.backend.price(offering, at)[0])
 
     def _progress_marks(self) -> tuple[float, ...]:
         return self.progress.marks((lv.attempt.job_id, lv.attempt.id) for lv in self.live)

@@ -31,6 +31,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.live import Live, LiveAttempts
+from budgeteer.scheduler.markets import MarketBook
 from budgeteer.store.base import Attempt, OfferingBackoff, Store
 
 log = logging.getLogger("budgeteer.scheduler")
@@ -56,6 +57,7 @@ class Launcher:
         checkpoint_root: Path,
         live: LiveAttempts,
         job_env: Callable[[str], Mapping[str, str]] | None = None,
+        book: MarketBook | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -63,6 +65,7 @@ class Launcher:
         self.checkpoint_root = checkpoint_root
         self.live = live
         self.job_env = job_env  # extra environment per job (the API URL and the job token)
+        self.book = book  # what launches and refusals say of spot markets
         self.not_before: dict[str, datetime] = {}  # a job's retry backoff
         # offerings backing off, kept in the store: a restart does not forget a drought
         self.full: dict[str, OfferingBackoff] = {b.offering_id: b for b in store.backoffs()}
@@ -142,6 +145,8 @@ class Launcher:
             return None
         if self.full.pop(offering.id, None) is not None:
             self.store.clear_backoff(offering.id)
+        if self.book is not None:
+            self.book.observe(offering, True, now)
         live = Live(attempt, handle, placement.expected_cost_usd, attempt.started_at)
         self.live.add(live)
         return live
@@ -158,6 +163,8 @@ class Launcher:
         self.store.end_attempt(
             attempt.id, at=now, exit_reason=f"capacity: {exc}", outcome=AttemptOutcome.CAPACITY
         )
+        if self.book is not None and exc.retry_at is None:
+            self.book.observe(offering, False, now)
         previous = self.full.get(offering.id)
         misses = 1 + (previous.misses if previous is not None else 0)
         since = now

@@ -38,6 +38,7 @@ from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import Live, LiveAttempts
 from budgeteer.scheduler.progress import ProgressSource
 from budgeteer.scheduler.snapshots import SpendLedger
+from budgeteer.scheduler.spot_live import LiveSpot
 from budgeteer.store.base import Store
 
 S = JobState
@@ -92,6 +93,7 @@ class Reconciler:
         progress: ProgressSource,
         spend: SpendLedger,
         on_attempt_end: Callable[[Job], None],
+        spot: LiveSpot | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -102,6 +104,7 @@ class Reconciler:
         self.progress = progress
         self.spend = spend
         self.on_attempt_end = on_attempt_end  # wakes the parked jobs it could make room for
+        self.spot = spot  # the spot decider, live (None: the planner alone picks the market)
         self.stopping: dict[int, AttemptOutcome] = {}  # attempts asked to stop, and why
         self._trends: dict[int, Trend] = {}  # progress seen, per live attempt
         self._losses: dict[int, list[float]] = {}
@@ -187,6 +190,12 @@ class Reconciler:
         self._trends.pop(aid, None)
         self._losses.pop(aid, None)
         self.progress.forget(aid)
+        if self.spot is not None:
+            self.spot.forget(aid)
+            if outcome is AttemptOutcome.PREEMPTED:
+                offering = self.launcher.offerings.get(live.attempt.offering_id)
+                if offering is not None:
+                    self.spot.book.observe(offering, False, until)
         self.on_attempt_end(job)  # its spend and capacity changed
         report.finished.append((job.id, status.state))
 
@@ -277,6 +286,17 @@ class Reconciler:
         action = runtime_action(run, now, self.policy)
         if action is not None:
             self.stop(live, now, action.reason, _OUTCOME_OF_ACTION[action.kind])
+            return
+        if self.spot is not None:
+            move = self.spot.move(
+                job,
+                live.attempt,
+                run.trend,
+                lambda: self.store.attempts(job.id),
+                now,
+            )
+            if move is not None:
+                self.stop(live, now, move.cause, move.outcome)
 
     def stop(self, live: Live, now: datetime, cause: str, outcome: AttemptOutcome) -> None:
         """Ask a running attempt to checkpoint and stop, for ``outcome``."""

@@ -238,14 +238,18 @@ class SnapshotBuilder:
 
 def with_history(job: Job, attempts: Sequence[Attempt], policy: Policy) -> Job:
     """A pending job as its attempts so far demand: without spot once preempted
-    ``max_preemptions`` times or moved to on-demand by runtime control, and with at least the
+    ``max_preemptions`` times or moved to on-demand by runtime control (for good), or for its
+    next attempt when the spot decider bridged it to on-demand, and with at least the
     workers a scale-up asked for (all read from the attempts' outcomes)."""
     if not job.state.is_pending or not attempts:
         return job
     outcomes = [a.outcome for a in attempts]
     preemptions = outcomes.count(AttemptOutcome.PREEMPTED)
     limit = policy.spot_rules_for(job).max_preemptions
-    if AttemptOutcome.TO_ON_DEMAND in outcomes or (limit is not None and preemptions >= limit):
+    latched = AttemptOutcome.TO_ON_DEMAND in outcomes or (
+        limit is not None and preemptions >= limit
+    )
+    if latched or outcomes[-1] is AttemptOutcome.BRIDGE_ON_DEMAND:
         job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
     scaled = [a.workers * 2 for a in attempts if a.outcome is AttemptOutcome.SCALE_UP]
     if scaled:

@@ -10,6 +10,8 @@
   back to on-demand after one preemption, FIFO, no budget awareness.
 - ``priority-quota`` — Kueue-like: priority tiers and fair share between teams, per-team GPU
   quotas (held with reason ``quota``), no money awareness (budgets are not enforced).
+- ``default-planner-spot`` (by name only) — ``default`` without the live spot decider: the
+  planner alone picks the market, at each launch.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from budgeteer.core.spot.rules import RuleSet
 from budgeteer.domain.tier import Tier
 
 POLICY_NAMES = ("default", "on-demand-fifo", "spot-greedy-fifo", "priority-quota")
+#: Settings of ``default`` with one part turned off, to measure what it brings (by name only,
+#: not in ``all``).
+VARIANT_NAMES = ("default-planner-spot",)
+SELECTABLE = POLICY_NAMES + VARIANT_NAMES
 
 
 class UnknownPolicy(ValueError):
@@ -37,6 +43,8 @@ def policy_named(
     base = base or Policy()
     if name == "default":
         return base
+    if name == "default-planner-spot":
+        return dataclasses.replace(base, live_spot=False)
     if name == "on-demand-fifo":
         return dataclasses.replace(
             base,
@@ -60,4 +68,4 @@ def policy_named(
             enforce_budgets=False,
             team_gpu_quotas=tuple(sorted((gpu_quotas or {}).items())),
         )
-    raise UnknownPolicy(f"unknown policy {name!r}; available: {', '.join(POLICY_NAMES)}")
+    raise UnknownPolicy(f"unknown policy {name!r}; available: {', '.join(SELECTABLE)}")

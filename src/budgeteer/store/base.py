@@ -23,6 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent
 from budgeteer.domain.outcome import AttemptOutcome
@@ -328,6 +329,14 @@ class Store(Protocol):
 
     def backoffs(self) -> list[OfferingBackoff]:
         """Every offering's backoff, by offering id."""
+        ...
+
+    def put_market(self, history: MarketHistory) -> None:
+        """Keep what was seen of a spot offering's market (replacing what it had)."""
+        ...
+
+    def markets(self) -> list[MarketHistory]:
+        """Every offering's market history, by offering id."""
         ...
 
     def add_session(self, session_hash: str, session: WebSession) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
 from budgeteer.domain.outcome import AttemptOutcome
@@ -49,6 +50,7 @@ class MemoryStore:
         self._tokens: dict[str, tuple[ApiToken, str]] = {}
         self._sessions: dict[str, WebSession] = {}
         self._backoffs: dict[str, OfferingBackoff] = {}
+        self._markets: dict[str, MarketHistory] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -320,6 +322,16 @@ class MemoryStore:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             return [self._backoffs[k] for k in sorted(self._backoffs)]
+
+    def put_market(self, history: MarketHistory) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            self._markets[history.offering_id] = history
+
+    def markets(self) -> list[MarketHistory]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [self._markets[k] for k in sorted(self._markets)]
 
     def add_session(self, session_hash: str, session: WebSession) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -178,6 +178,17 @@ offering_backoffs = sa.Table(
     sa.Column("room_at", UtcDateTime),
 )
 
+market_histories = sa.Table(
+    "market_histories",
+    metadata,
+    sa.Column("offering_id", sa.String(255), primary_key=True),
+    sa.Column("up", sa.Boolean),
+    sa.Column("since", UtcDateTime),
+    sa.Column("seen_start", sa.Boolean, nullable=False),
+    sa.Column("observations", sa.Integer, nullable=False),
+    sa.Column("periods", sa.Text, nullable=False),  # JSON: [[up, hours, complete], ...]
+)
+
 webhook_deliveries = sa.Table(
     "webhook_deliveries",
     metadata,

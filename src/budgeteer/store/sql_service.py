@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.domain.job import Job, JobState
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
@@ -152,6 +154,38 @@ class ServiceTables:
             rows = conn.execute(sa.select(b).order_by(b.c.offering_id)).all()
         return [
             OfferingBackoff(r.offering_id, r.instances, r.until, r.misses, r.since, r.room_at)
+            for r in rows
+        ]
+
+    def put_market(self, history: MarketHistory) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        m = t.market_histories
+        row = {
+            "offering_id": history.offering_id,
+            "up": history.up,
+            "since": history.since,
+            "seen_start": history.seen_start,
+            "observations": history.observations,
+            "periods": json.dumps([[p.up, p.hours, p.complete] for p in history.periods]),
+        }
+        with self._tx() as conn:
+            conn.execute(m.delete().where(m.c.offering_id == history.offering_id))
+            conn.execute(m.insert().values(**row))
+
+    def markets(self) -> list[MarketHistory]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        m = t.market_histories
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(m).order_by(m.c.offering_id)).all()
+        return [
+            MarketHistory(
+                r.offering_id,
+                tuple(Period(bool(u), float(h), bool(c)) for u, h, c in json.loads(r.periods)),
+                None if r.up is None else bool(r.up),
+                r.since,
+                bool(r.seen_start),
+                r.observations,
+            )
             for r in rows
         ]
 

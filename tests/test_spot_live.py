@@ -1,0 +1,263 @@
+"""The one spot decider: its safety net as properties, the replay and the service asking it the
+same question, the market estimate learned online (convergence, a restart), and the live moves
+(bridge to on-demand, back to spot, latched jobs left alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgeteer.core import Policy
+from budgeteer.core.progress import Sample, Trend
+from budgeteer.core.spot import Market as ReplayMarket
+from budgeteer.core.spot import Mode, SpotJob, replay
+from budgeteer.core.spot.decide import Default, ReplayDecider, Situation, TableMemo, decide
+from budgeteer.core.spot.estimate import (
+    BUCKET_EDGES,
+    MAX_PERIODS,
+    MarketHistory,
+    Period,
+    estimate,
+    estimate_availability,
+    periods_of,
+)
+from budgeteer.domain.job import JobState
+from budgeteer.domain.offering import Market
+from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.scheduler.markets import MarketBook
+from budgeteer.scheduler.snapshots import with_history
+from budgeteer.scheduler.spot_live import LiveSpot
+from budgeteer.store import MemoryStore
+from budgeteer.store.base import Attempt
+from builders import NOW, make_job, make_offering
+
+D = 0.2  # changeover, hours
+
+
+def _situation(**kw: object) -> Situation:
+    base: dict[str, object] = {
+        "work_hours": 4.0,
+        "deadline_hours": 6.0,
+        "changeover_hours": D,
+        "spot_usd_per_hour": 1.0,
+        "on_demand_usd_per_hour": 3.0,
+        "elapsed_hours": 0.0,
+        "done_hours": 0.0,
+        "mode": Mode.IDLE,
+        "changeover_left_hours": 0.0,
+        "spot_up": False,
+        "spot_age_hours": 0.1,
+        "tick_hours": 0.05,
+    }
+    base.update(kw)
+    return Situation(**base)  # type: ignore[arg-type]
+
+
+PRIOR = estimate((), 0.05, D)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    elapsed=st.floats(0.0, 5.9),
+    done=st.floats(0.0, 3.9),
+    mode=st.sampled_from(list(Mode)),
+    up=st.booleans(),
+    age=st.floats(0.0, 5.0),
+)
+def test_the_safety_net_holds_for_any_situation(
+    elapsed: float, done: float, mode: Mode, up: bool, age: float
+) -> None:
+    done = min(done, elapsed)  # progress never runs ahead of the clock
+    s = _situation(
+        elapsed_hours=elapsed, done_hours=done, mode=mode, spot_up=up, spot_age_hours=age
+    )
+    got = decide(s, PRIOR, TableMemo())
+    if not up:
+        assert got.mode is not Mode.SPOT  # never on spot while there is none
+    if s.slack_hours < D + s.tick_hours - 1e-9:
+        assert got.mode is not Mode.IDLE  # never waits away the last of the slack
+    if mode is not Mode.SPOT and s.slack_hours < 2 * D - 1e-9:
+        assert got.mode is not Mode.SPOT  # never starts a spot changeover it cannot afford
+    assert got.reason  # explained
+
+
+def test_waits_when_slack_is_ample_and_takes_on_demand_when_it_is_not() -> None:
+    memo = TableMemo()
+    wait = decide(_situation(), PRIOR, memo)
+    assert wait.mode is Mode.IDLE
+    assert "wait for spot" in wait.reason
+    tight = decide(_situation(elapsed_hours=1.8, done_hours=0.0), PRIOR, memo)
+    assert tight.mode is Mode.ON_DEMAND
+    assert "on-demand" in tight.reason
+    assert memo.solves == 1  # one epoch, one table
+
+
+def _trace(seed: int, n: int = 400) -> ReplayMarket:
+    rng = np.random.default_rng(seed)
+    avail = np.ones(n, dtype=bool)
+    i = 0
+    while i < n:
+        i += int(rng.integers(10, 60))
+        avail[i : i + int(rng.integers(1, 12))] = False
+        i += 12
+    return ReplayMarket(avail, np.full(n, 1.0), 0.05)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_replay_and_service_ask_the_same_function_and_get_the_same_answer(seed: int) -> None:
+    market = _trace(seed)
+    job = SpotJob(work_hours=6.0, deadline_hours=8.0, changeover_hours=D, on_demand_usd_per_hour=3)
+    start = 150
+    decider = Default().prepare(job, market.until(start))
+    assert isinstance(decider, ReplayDecider)
+    asked: list[tuple[Mode, Mode]] = []
+
+    class Recording:
+        def decide(self, obs):  # type: ignore[no-untyped-def]
+            mode = decider.decide(obs)
+            # the service's side: the same situation, a fresh memo, the same estimate
+            again = decide(decider.situation(obs), decider.availability, TableMemo())
+            asked.append((mode, again.mode))
+            return mode
+
+    result = replay(market, start, job, Recording())
+    assert asked
+    assert all(a == b for a, b in asked)
+    assert result.met_deadline
+    modes = {m for m, _ in asked}
+    assert Mode.SPOT in modes  # the trace exercises the decider, not just one answer
+
+
+def test_the_estimate_from_a_trace_and_from_its_periods_agree() -> None:
+    market = _trace(7)
+    a = estimate_availability(market.available, 0.05, 1, D)
+    b = estimate(periods_of(market.available, 0.05), 0.05, D)
+    np.testing.assert_allclose(a.transition, b.transition)
+
+
+def test_the_online_estimate_converges_to_the_market_it_watches() -> None:
+    """Outages of exponential length with mean 0.5 h (hazard 2/h at every age), uptimes of mean
+    4 h (0.25/h), 300 of each: the estimate reads the last week (about 40 of each) and its
+    hazards are within 20% of the truth in the buckets the data covers best (the first down
+    bucket, the last up bucket). Over seeds 0–9 the error at this much data is at most 40%."""
+    rng = np.random.default_rng(0)
+    history = MarketHistory("spot-a")
+    t = NOW
+    for _ in range(300):
+        history = history.observe(True, t)
+        t += timedelta(hours=float(rng.exponential(4.0)))
+        history = history.observe(False, t)
+        t += timedelta(hours=float(rng.exponential(0.5)))
+    step = 0.05
+    chain = history.estimate(t, step, D)
+    nb = len(BUCKET_EDGES)
+    down_hazard_per_hour = chain.transition[nb, 0] / step  # first down bucket → up
+    up_hazard_per_hour = chain.transition[nb - 1, nb] / step  # oldest up bucket → down
+    assert down_hazard_per_hour == pytest.approx(2.0, rel=0.2)
+    assert up_hazard_per_hour == pytest.approx(0.25, rel=0.2)
+    prior = MarketHistory("spot-b").estimate(t, step, D)  # nothing seen: the prior (0.3/h)
+    assert prior.transition[nb - 1, nb] / step == pytest.approx(0.3, rel=0.01)
+    assert len(history.periods) == MAX_PERIODS  # every flip closed a period; the oldest dropped
+    assert 60 <= len(history.periods_until(t)) <= 100  # a week of them
+
+
+def test_a_market_book_survives_a_restart_from_the_store() -> None:
+    store = MemoryStore()
+    spot = make_offering("spot-a", market=Market.SPOT, price=1.0)
+    book = MarketBook(store, {spot.id: spot}, feed=None)
+    book.observe(spot, True, NOW)
+    book.observe(spot, False, NOW + timedelta(hours=3))
+    book.observe(spot, False, NOW + timedelta(hours=3, minutes=10))  # same state: no write
+    again = MarketBook(store, {spot.id: spot}, feed=None)
+    assert again.history(spot.id).periods == (Period(True, 3.0, False),)
+    assert again.history(spot.id).up is False
+    assert again.history(spot.id).since == NOW + timedelta(hours=3)
+
+
+def _world(
+    policy: Policy | None = None, prices: dict[str, float] | None = None
+) -> tuple[LiveSpot, MarketBook, dict[str, object]]:
+    spot = dataclasses.replace(
+        make_offering("spot-a", market=Market.SPOT, price=1.0), instance_type="p3"
+    )
+    od = dataclasses.replace(make_offering("od", price=3.0), instance_type="p3")
+    offerings = {spot.id: spot, od.id: od}
+    book = MarketBook(MemoryStore(), offerings, feed=None)
+    price = prices or {"spot-a": 1.0, "od": 3.0}
+    live = LiveSpot(book, offerings, policy or Policy(), lambda o, _at: price[o.id])
+    return live, book, {"spot": spot, "od": od}
+
+
+def _attempt(offering_id: str, market: str, started_hours_ago: float = 1.0) -> Attempt:
+    return Attempt(
+        1, "job", 1, "sim", offering_id, market, (), NOW - timedelta(hours=started_hours_ago)
+    )
+
+
+def _trend(hours_left: float) -> Trend:
+    """Progress at 100 steps an hour with ``hours_left`` of work to go."""
+    done = 300
+    total = done + int(hours_left * 100)
+    return Trend.of([Sample(NOW - timedelta(hours=1), 200, total), Sample(NOW, done, total)])
+
+
+def test_an_on_demand_job_moves_back_to_spot_when_it_is_up_and_the_slack_is_ample() -> None:
+    live, book, o = _world()
+    book.observe(o["spot"], True, NOW - timedelta(hours=2))  # type: ignore[arg-type]
+    job = make_job(deadline_hours=12.0, restart_seconds=300)
+    move = live.move(job, _attempt("od", "on_demand"), _trend(4.0), list, NOW)
+    assert move is not None
+    assert move.outcome is AttemptOutcome.TO_SPOT
+    assert "leave on-demand" in move.cause
+    assert "spot-a is up" in move.cause
+
+
+def test_no_move_back_while_spot_is_down_latched_or_without_an_eta() -> None:
+    live, book, o = _world()
+    job = make_job(deadline_hours=12.0)
+    od = _attempt("od", "on_demand")
+    book.observe(o["spot"], False, NOW - timedelta(hours=1))  # type: ignore[arg-type]
+    assert live.move(job, od, _trend(4.0), list, NOW) is None  # spot is down
+    book.observe(o["spot"], True, NOW - timedelta(minutes=30))  # type: ignore[arg-type]
+    ruled = dataclasses.replace(_attempt("spot-a", "spot"), outcome=AttemptOutcome.TO_ON_DEMAND)
+    assert live.move(job, od, _trend(4.0), lambda: [ruled], NOW) is None  # a rule latched it
+    sent = dataclasses.replace(_attempt("od", "on_demand"), outcome=AttemptOutcome.TO_SPOT)
+    assert live.move(job, od, _trend(4.0), lambda: [sent, od], NOW) is None  # tried once
+    assert live.move(job, od, Trend(), list, NOW) is None  # no ETA, no numbers
+    off, book2, o2 = _world(Policy(live_spot=False))
+    book2.observe(o2["spot"], True, NOW - timedelta(hours=2))  # type: ignore[arg-type]
+    assert off.move(job, od, _trend(4.0), list, NOW) is None  # default-planner-spot
+
+
+def test_a_spot_job_stays_while_its_slack_covers_a_preemption_and_bridges_when_spot_is_dear() -> (
+    None
+):
+    live, book, o = _world()
+    book.observe(o["spot"], True, NOW - timedelta(hours=1))  # type: ignore[arg-type]
+    job = make_job(deadline_hours=6.0, restart_seconds=300, checkpoint_seconds=600)
+    spot = _attempt("spot-a", "spot")
+    assert live.move(job, spot, _trend(4.0), list, NOW) is None  # stay
+    dear, book2, o2 = _world(prices={"spot-a": 4.0, "od": 3.0})  # spot above on-demand
+    book2.observe(o2["spot"], True, NOW - timedelta(hours=1))  # type: ignore[arg-type]
+    move = dear.move(job, spot, _trend(4.0), list, NOW)
+    assert move is not None
+    assert move.outcome is AttemptOutcome.BRIDGE_ON_DEMAND
+    assert "leave spot for od" in move.cause
+    assert "spot $4.00/h" in move.cause
+
+
+def test_a_bridged_job_is_planned_without_spot_once_and_a_returned_one_with_it() -> None:
+    job = make_job(state=JobState.QUEUED)
+    bridged = dataclasses.replace(
+        _attempt("spot-a", "spot"), outcome=AttemptOutcome.BRIDGE_ON_DEMAND
+    )
+    assert not with_history(job, [bridged], Policy()).spot.allowed
+    back = dataclasses.replace(_attempt("od", "on_demand"), outcome=AttemptOutcome.TO_SPOT)
+    assert with_history(job, [bridged, back], Policy()).spot.allowed
+    ruled = dataclasses.replace(_attempt("spot-a", "spot"), outcome=AttemptOutcome.TO_ON_DEMAND)
+    assert not with_history(job, [ruled, back], Policy()).spot.allowed  # a rule is for good
