@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api_world import ADMIN, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import LedgerEntry, OfferingBackoff
 
@@ -306,6 +307,27 @@ def test_offerings_show_a_drought_the_scheduler_counts(world: World) -> None:
         "room_expected_at": (now + timedelta(minutes=30)).isoformat(),
         "instances": 1,
     }
+
+
+def test_offerings_show_what_the_spot_decider_knows_of_each_market(world: World) -> None:
+    spot = next(o for o in world.ctx.catalog.offerings if o.market.value == "spot")
+    now = world.clock.now()
+    seen = MarketHistory(spot.id)
+    for k in range(6):  # up 3 h, down 30 min, three times over
+        seen = seen.observe(True, now - timedelta(hours=10.5 - 3.5 * k))
+        seen = seen.observe(False, now - timedelta(hours=7.5 - 3.5 * k))
+    world.store.put_market(seen)
+    rows = world.http.get("/v1/offerings", headers=world.auth(world.growth)).json()["offerings"]
+    (watched,) = [o for o in rows if o["spot_market"] is not None]
+    market = watched["spot_market"]
+    assert watched["id"] == spot.id
+    assert market["up"] is False
+    assert market["periods"] == len(seen.periods)
+    assert market["mean_uptime_hours"] == pytest.approx(3.0)
+    assert market["mean_outage_hours"] == pytest.approx(0.5)
+    # short outages end fast: a fresh one is far likelier to end than a fresh uptime
+    hazards = market["hazard_per_hour"]
+    assert hazards["down_to_up"]["age>=0h"] > hazards["up_to_down"]["age>=0h"]
 
 
 def test_metrics_parse_and_follow_the_ledger(world: World) -> None:

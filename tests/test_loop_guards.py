@@ -20,9 +20,11 @@ from budgeteer.backends.base import Handle, LaunchRequest
 from budgeteer.backends.market import ZonedMarket
 from budgeteer.catalog import Catalog
 from budgeteer.clock import ManualClock
+from budgeteer.core import Policy
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
+from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.scheduler import Scheduler
 from budgeteer.sim.backend import SimBackend
@@ -309,3 +311,69 @@ def test_a_restarted_scheduler_remembers_a_drought() -> None:
     assert again.launcher.capacity_back(world.kernel.now) == (("spot", kept.room_at),)
     again.cycle()  # inside the backoff: no probe
     assert len(world.backend.requests) == refused
+
+
+def _back_to_spot_world(policy: Policy) -> World:
+    """Spot dry for the first 2.5 h, then plentiful; on-demand of the same instance type at
+    ten times the price."""
+    avail = np.ones(100_000, dtype=bool)
+    avail[:150] = False  # 60 s ticks
+    kernel = Kernel(T0)
+    store = MemoryStore()
+    offerings = (
+        dataclasses.replace(
+            make_offering("spot", price=1.0, market=Market.SPOT, interruption_per_hour=0.01),
+            instance_type="p3",
+        ),
+        dataclasses.replace(make_offering("od", price=10.0), instance_type="p3"),
+    )
+    catalog = Catalog(offerings, dict(THROUGHPUT), EGRESS, "test")
+    backend = RecordingBackend(kernel, TraceMarket(avail, 60, T0), store, catalog.throughput)
+    world = World(kernel, store, backend, None, catalog)  # type: ignore[arg-type]
+    world.sched = Scheduler(
+        store,
+        backend,
+        catalog,
+        SimClock(kernel),
+        Path("/nonexistent/budgeteer-checkpoints"),
+        policy=policy,
+    )
+    return world
+
+
+def test_the_spot_decider_moves_an_on_demand_job_back_to_spot_when_spot_returns() -> None:
+    """A job sent to on-demand by a spot drought goes back to spot when spot returns and its
+    slack covers the changeover, on time and for less; with the planner alone
+    (``default-planner-spot``) it stays on on-demand to the end. (Catches: the decider not
+    wired into the loop, or its move not freeing the next plan to use spot.)"""
+    runs = {}
+    for live in (True, False):
+        world = _back_to_spot_world(Policy(live_spot=live))
+        # 5 h of work, 8 h to the deadline; restarts cost 5 min + half a 10 min checkpoint
+        world.submit(make_job("j", hours=5.0, deadline_hours=8.0, checkpoint_seconds=600))
+        world.run(hours=9.0, every_seconds=60)
+        runs[live] = world
+    for world in runs.values():
+        assert world.store.job("j").state is JobState.SUCCEEDED
+        last = world.store.attempts("j")[-1]
+        assert last.ended_at is not None
+        assert last.ended_at <= T0 + timedelta(hours=8)  # on time either way
+    decided = runs[True].store.attempts("j")
+    ran = [a for a in decided if a.outcome is not AttemptOutcome.CAPACITY]
+    assert [a.offering_id for a in ran] == ["od", "spot"]
+    assert ran[0].outcome is AttemptOutcome.TO_SPOT
+    assert ran[0].ended_at is not None
+    assert ran[0].ended_at >= T0 + timedelta(hours=2.5)  # not before spot was back
+    causes = [e.cause for e in runs[True].store.events("j")]
+    assert any(c.startswith("spot decider:") and "spot is up" in c for c in causes), causes
+    planner_only = runs[False].store.attempts("j")
+    assert [a.offering_id for a in planner_only if a.outcome is not AttemptOutcome.CAPACITY] == [
+        "od"
+    ]
+    cost = {live: sum(e.amount_usd for e in w.store.ledger()) for live, w in runs.items()}
+    assert cost[True] < cost[False] * Decimal("0.8"), cost
+    # what it learned of the market is in the store: the drought and the return
+    (market,) = runs[True].store.markets()
+    assert market.offering_id == "spot"
+    assert market.up is True
+    assert any(not p.up and p.hours >= 2.0 for p in market.periods)

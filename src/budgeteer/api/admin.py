@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from budgeteer.api.auth import hash_token, new_secret
 from budgeteer.api.deps import Admin, Ctx, Person
+from budgeteer.core.spot.estimate import MarketHistory, mean_hours
 from budgeteer.domain.offering import Market
 from budgeteer.store import ApiToken, OfferingBackoff, Store
 
@@ -80,9 +81,12 @@ def list_offerings(
     """Current prices with their source and age, cheapest first; an offering that refused
     launches for capacity carries ``backoff``: its refusals in a row, since when, when it is
     probed again, and when plans expect room (a spot drought's expected end, a pool's
-    opening) — what the scheduler now counts in every plan there."""
+    opening) — what the scheduler now counts in every plan there; a spot offering the
+    scheduler has seen carries ``spot_market``: up or down now and since when, the periods
+    seen, their mean lengths, and the hazards the spot decider reads (per hour, by age)."""
     now = ctx.clock.now()
     backoffs = {b.offering_id: b for b in ctx.store.backoffs()}
+    markets = {m.offering_id: m for m in ctx.store.markets()}
     rows = [
         o
         for o in ctx.catalog.offerings
@@ -110,9 +114,35 @@ def list_offerings(
                 else None,
                 "interruption_per_hour": o.interruption_per_hour,
                 "backoff": _backoff(backoffs[o.id]) if o.id in backoffs else None,
+                "spot_market": _market(markets[o.id], now) if o.id in markets else None,
             }
             for o in rows[:limit]
         ]
+    }
+
+
+def _market(m: MarketHistory, now: datetime) -> dict[str, Any]:
+    """What the spot decider knows of one market (hazards per hour on a 0.05 h grid, age
+    buckets of a 0.2 h changeover)."""
+    step, changeover = 0.05, 0.2
+    chain = m.estimate(now, step, changeover)
+    nb = len(chain.bucket_steps)
+    edges = [f"age>={e * step:g}h" for e in chain.bucket_steps]
+    return {
+        "up": m.up,
+        "since": m.since.isoformat() if m.since else None,
+        "sightings": m.observations,
+        "periods": len(m.periods),
+        "mean_uptime_hours": mean_hours(m.periods, True),
+        "mean_outage_hours": mean_hours(m.periods, False),
+        "hazard_per_hour": {
+            "up_to_down": {
+                e: round(chain.transition[b, nb] / step, 4) for b, e in enumerate(edges)
+            },
+            "down_to_up": {
+                e: round(chain.transition[nb + b, 0] / step, 4) for b, e in enumerate(edges)
+            },
+        },
     }
 
 
