@@ -81,7 +81,7 @@ class Policy:
     run_late_jobs: bool = True
     late_slack_fraction: float = 0.25
     live_spot: bool = True
-    spot_decision_seconds: float = 300.0
+    spot_decision_seconds: float = 600.0
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

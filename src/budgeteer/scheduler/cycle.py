@@ -41,7 +41,7 @@ from budgeteer.scheduler.parking import ParkingLot
 from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
-from budgeteer.scheduler.spot_live import LiveSpot
+from budgeteer.scheduler.spot_live import PREFIX, LiveSpot, downstream_hours
 from budgeteer.store.base import Move, Store
 
 S = JobState
@@ -85,6 +85,7 @@ class Scheduler:
         self.cache = FrontCache()
         offerings = {o.id: o for o in catalog.offerings}
         self.markets = MarketBook(store, offerings, backend)
+        self.spot = LiveSpot(self.markets, offerings, self.policy, self._price)
         self.launcher = Launcher(
             store, backend, offerings, checkpoint_root, self.live, job_env, self.markets
         )
@@ -96,7 +97,7 @@ class Scheduler:
             self.policy,
             self.progress,
             lambda: self.live.allocations,
-            self.launcher.capacity_back,
+            self._capacity_back,
             budgets,
             price_refresh_seconds,
             price_tolerance,
@@ -111,11 +112,12 @@ class Scheduler:
             self.progress,
             self.snapshots.spend,
             self._attempt_ended,
-            LiveSpot(self.markets, offerings, self.policy, self._price),
+            self.spot,
         )
         #: jobs whose planning raised, with the error (read by API threads: replaced whole)
         self.quarantined: Mapping[str, str] = MappingProxyType({})
         self._adopted = False
+        self._bridged: dict[str, str] = {}  # queued jobs the spot decider sent to on-demand
         self._seen_budgets = 0
         self._seen_falls = 0
 
@@ -133,6 +135,7 @@ class Scheduler:
         self._wake()
         # 3. snapshot
         snapshot = self.snapshots.build(self.parking.ids())
+        self.spot.downstream = downstream_hours(snapshot.jobs)  # for the next reconcile
         # 4. plan
         plan = plan_isolated(snapshot, self.policy, self.cache)
         still = {j: e for j, e in self.quarantined.items() if j in snapshot.parked}
@@ -190,6 +193,17 @@ class Scheduler:
                 return True
         return False
 
+    def _capacity_back(self, now: datetime) -> tuple[tuple[str, datetime], ...]:
+        """When room comes back at offerings that have none now: the launcher's backoffs (a
+        pool's opening, a drought's expected end) and, with the live spot decider, spot
+        offerings the market book sees down (the outage's expected rest, by its age) — the later
+        of the two where both say."""
+        back = dict(self.launcher.capacity_back(now))
+        if self.policy.live_spot:
+            for offering_id, at in self.markets.room_at(now):
+                back[offering_id] = max(at, back.get(offering_id, at))
+        return tuple(sorted(back.items()))
+
     def _price(self, offering: Offering, at: datetime) -> float:
         """The price per instance-hour the backend bills now (the spot decider's prices)."""
         return float(self.backend.price(offering, at)[0])
@@ -242,6 +256,14 @@ class Scheduler:
                 continue  # after a failed run
             job = self.store.job(admission.job_id)
             placement = admission.placement
+            bridge = self.spot.queued(job, placement, now)
+            if bridge is not None:
+                # spot is down and the decider would not wait: planned without spot next cycle
+                self.snapshots.no_spot |= {job.id}
+                self._bridged[job.id] = f"{PREFIX}: {bridge.reason}"
+                if job.state is not S.QUEUED:
+                    self.store.transition(job.id, S.QUEUED, at=now, cause=self._bridged[job.id])
+                continue
             full = self.launcher.blocked(placement, now)
             if full is not None:
                 # the offering refused as many instances a moment ago: don't ask again before
@@ -258,7 +280,13 @@ class Scheduler:
                 cause = f"placed on {placement.describe()}"
                 if admission.late:
                     cause += f"; {admission.late}"
+                if job.id in self._bridged:
+                    cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)
+            self.spot.launched(job.id)
+            if job.id in self._bridged:
+                del self._bridged[job.id]
+                self.snapshots.no_spot -= {job.id}
             if self.launcher.launch(job, placement, now) is not None:
                 self.snapshots.spend.learn(job)
                 report.launched.append(job.id)

@@ -11,10 +11,10 @@ sighting, not on every sighting of the same state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from budgeteer.core.spot.estimate import MarketHistory
+from budgeteer.core.spot.estimate import Availability, MarketHistory
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.store.base import Store
 
@@ -29,6 +29,10 @@ class AvailabilityFeed(Protocol):
         ...
 
 
+#: The changeover whose multiples are the age buckets of the planner's outage estimate.
+BUCKET_CHANGEOVER_HOURS = 0.2
+
+
 class MarketBook:
     """Market histories by spot offering (loop thread only)."""
 
@@ -37,6 +41,8 @@ class MarketBook:
         self.spot = tuple(o for o in offerings.values() if o.market is Market.SPOT)
         self.feed = feed if isinstance(feed, AvailabilityFeed) else None
         self.histories: dict[str, MarketHistory] = {h.offering_id: h for h in store.markets()}
+        # the planner's outage chains, by offering, until its periods change
+        self._chains: dict[str, tuple[tuple[int, datetime, float], Availability]] = {}
 
     def history(self, offering_id: str) -> MarketHistory:
         """What was seen of ``offering_id`` (empty when nothing was)."""
@@ -51,6 +57,23 @@ class MarketBook:
         self.histories[offering.id] = after
         if after.up is not before.up or after.since != before.since:
             self.store.put_market(after)
+
+    def room_at(self, now: datetime, step_hours: float = 0.05) -> tuple[tuple[str, datetime], ...]:
+        """Spot offerings seen down now, with when spot is expected back: the outage's expected
+        remaining length given its age, from the offering's own estimate (for the planner, which
+        counts the wait in every plan's finish there)."""
+        out = []
+        for offering_id, h in tuple(self.histories.items()):  # API threads call this too
+            if h.up is not False or h.since is None:
+                continue
+            key = (len(h.periods), h.since, step_hours)
+            cached = self._chains.get(offering_id)
+            if cached is None or cached[0] != key:
+                cached = (key, h.estimate(None, step_hours, BUCKET_CHANGEOVER_HOURS))
+                self._chains[offering_id] = cached
+            wait = cached[1].expected_outage_steps(h.age_hours(now) / step_hours) * step_hours
+            out.append((offering_id, now + timedelta(hours=wait)))
+        return tuple(sorted(out))
 
     def sweep(self, now: datetime) -> None:
         """Read the backend's feed for every spot offering (no-op without one)."""

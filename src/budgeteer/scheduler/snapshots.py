@@ -112,6 +112,8 @@ class SnapshotBuilder:
         self._planned: dict[str, tuple[tuple[object, ...], Job]] = {}
         self._in_force: tuple[Offering, ...] = catalog.offerings
         self._priced_at: datetime | None = None
+        #: queued jobs the spot decider sent to on-demand: planned without spot until launched
+        self.no_spot: frozenset[str] = frozenset()
 
     def build(self, parked: frozenset[str] = frozenset()) -> Snapshot:
         """The frozen world the next plan sees, with ``parked`` jobs left out of planning
@@ -202,6 +204,11 @@ class SnapshotBuilder:
         jobs = tuple(
             self._as_planned(job, history[job.id]) if job.id in history else job for job in stored
         )
+        if self.no_spot:
+            jobs = tuple(
+                _without_spot(job) if job.id in self.no_spot and job.state.is_pending else job
+                for job in jobs
+            )
         if len(self._planned) > 2 * len(history) + 64:  # forget jobs no longer pending
             self._planned = {k: v for k, v in self._planned.items() if k in history}
         return jobs
@@ -234,6 +241,10 @@ class SnapshotBuilder:
             else None
         )
         return dataclasses.replace(job, work=work, incremental_reference_hours=incremental)
+
+
+def _without_spot(job: Job) -> Job:
+    return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
 
 
 def with_history(job: Job, attempts: Sequence[Attempt], policy: Policy) -> Job:

@@ -7,6 +7,8 @@ What it reads, per attempt:
 - the job's **remaining work** in hours on this placement: its ETA from the progress reports
   (no ETA yet → no decision); spot and on-demand *siblings* (same provider, region and instance
   type, so the same speed) are the alternatives;
+- its **deadline**, less the time the jobs waiting on it need after it
+  (:func:`downstream_hours`: a pipeline's validate and package steps keep their time);
 - the **changeover** d: the spot offering's start-up, the job's restart overhead and half its
   checkpoint interval (a preemption's cost; the MDP plans with one changeover, the dearer);
 - the **market**: the spot offering's history in the :class:`~budgeteer.scheduler.markets.
@@ -14,8 +16,13 @@ What it reads, per attempt:
   in force (the backend's) for spot and on-demand, times the attempt's instances.
 
 Epochs (see :mod:`budgeteer.core.spot.decide`): one per attempt and spot offering, begun again
-when that offering's market flips (the estimate moved): C = the work left then, R = the time to
-the deadline then. The table is solved once per epoch; each cycle looks it up.
+when that offering's market has seen a quarter more periods than the epoch's estimate (the
+estimate moved; re-solving at every flip was most of a simulation's time): C = the work left
+then, R = the time to the deadline then, on a grid of ``spot_decision_seconds`` or R/120,
+whichever is coarser; C, R − C and the prices on geometric grids 4% apart (work and the spot
+price rounded up, slack and the on-demand price down: never the optimistic side), and the
+market's estimate from its closed periods — so that the jobs of one family share a table. The
+table is solved once per epoch (or found in the memo); each cycle looks it up.
 
 Applied as: a spot attempt told anything but ``spot`` (on-demand, or wait — spot is dearer
 than it is worth) is checkpointed and relaunched on on-demand (``bridge_on_demand``: its next
@@ -29,13 +36,14 @@ again (no ping-pong).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from budgeteer.core import Policy
+from budgeteer.core import Placement, Policy
 from budgeteer.core.progress import Trend
-from budgeteer.core.spot.decide import Decision, Situation, TableMemo, decide
+from budgeteer.core.spot.decide import Decision, Situation, TableMemo, decide, step_ticks
 from budgeteer.core.spot.estimate import Availability
 from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.job import Job
@@ -54,10 +62,18 @@ class _Group:
     spot: tuple[Offering, ...]
 
 
+#: The most steps an epoch's table has in the service (a long epoch gets a coarser grid).
+MAX_LIVE_STEPS = 120
+#: A market's estimate is taken up again once it has seen this share more periods.
+REESTIMATE_GROWTH = 0.25
+
+
 @dataclass(frozen=True, slots=True)
 class _Epoch:
-    key: tuple[int, str, int]  # attempt, spot offering, periods closed when it began
+    spot_id: str
+    periods: int  # the market's closed periods when it began
     started: datetime
+    tick_hours: float
     work_hours: float
     deadline_hours: float
     availability: Availability
@@ -83,6 +99,49 @@ def changeover_hours(job: Job, spot: Offering) -> float:
     return (spot.startup_seconds + job.restart_overhead_seconds + lost) / 3600.0
 
 
+#: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
+DEPENDENT_STARTUP_HOURS = 0.1
+
+
+def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
+    """For each job that unfinished jobs wait on: the longest chain of work after it, in hours
+    (each dependent at its minimum workers on reference-speed GPUs, plus a start-up). The
+    decider plans such a job to its deadline less this, so a pipeline's later steps keep their
+    time. Example: train → validate (0.5 ref-h) → package (0.2 ref-h): train reserves 0.9 h."""
+    after: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.state.is_terminal:
+            continue
+        for dep in job.depends_on:
+            after.setdefault(dep.job, []).append(job)
+    memo: dict[str, float] = {}
+
+    def chain(job_id: str, depth: int) -> float:
+        if job_id in memo or depth > 100:  # the DAG is checked at submission; a guard anyway
+            return memo.get(job_id, 0.0)
+        best = 0.0
+        for d in after.get(job_id, ()):
+            gpus = max(1, d.resources.min_workers * d.resources.gpus_per_worker)
+            own = (d.work.reference_hours or 0.0) / gpus + DEPENDENT_STARTUP_HOURS
+            best = max(best, own + chain(d.id, depth + 1))
+        memo[job_id] = best
+        return best
+
+    return {job_id: chain(job_id, 0) for job_id in after}
+
+
+#: Grid points per doubling for the epoch's numbers (about 4% apart).
+GRID_PER_OCTAVE = 16
+
+
+def _grid(x: float, up: bool = False) -> float:
+    """``x`` on a geometric grid, rounded up or down (0 stays 0)."""
+    if x <= 0:
+        return 0.0
+    k = math.log2(x) * GRID_PER_OCTAVE
+    return float(2.0 ** ((math.ceil(k - 1e-9) if up else math.floor(k + 1e-9)) / GRID_PER_OCTAVE))
+
+
 def _group_key(o: Offering) -> tuple[str, str, str]:
     return (o.provider, o.region, o.instance_type)
 
@@ -101,8 +160,10 @@ class LiveSpot:
         self.offerings = offerings
         self.policy = policy
         self.price = price
-        self.memo = TableMemo(size=64)
-        self._epochs: dict[int, _Epoch] = {}
+        self.memo = TableMemo(size=512)
+        self._epochs: dict[tuple[str, int | str], _Epoch] = {}
+        #: hours the jobs waiting on a job need after it (set by the scheduler each cycle)
+        self.downstream: Mapping[str, float] = {}
         groups: dict[tuple[str, str, str], list[Offering]] = {}
         for o in offerings.values():
             groups.setdefault(_group_key(o), []).append(o)
@@ -116,7 +177,11 @@ class LiveSpot:
 
     def forget(self, attempt_id: int) -> None:
         """The attempt ended."""
-        self._epochs.pop(attempt_id, None)
+        self._epochs.pop(("attempt", attempt_id), None)
+
+    def launched(self, job_id: str) -> None:
+        """The job launched: it is no longer queued."""
+        self._epochs.pop(("queued", job_id), None)
 
     def move(
         self,
@@ -132,7 +197,8 @@ class LiveSpot:
             return None
         offering = self.offerings.get(attempt.offering_id)
         eta = trend.eta()
-        if offering is None or eta is None or eta <= now or job.deadline <= now:
+        due = job.deadline - timedelta(hours=self.downstream.get(job.id, 0.0))
+        if offering is None or eta is None or eta <= now or due <= now:
             return None
         group = self._groups.get(_group_key(offering))
         if group is None or group.on_demand is None or not group.spot:
@@ -148,7 +214,16 @@ class LiveSpot:
         else:
             return None
         remaining = (eta - now).total_seconds() / 3600.0
-        epoch = self._epoch(job, attempt, spot, group.on_demand, remaining, now)
+        epoch = self._epoch(
+            ("attempt", attempt.id),
+            job,
+            spot,
+            group.on_demand,
+            attempt.instances,
+            remaining,
+            due,
+            now,
+        )
         market = self.book.history(spot.id)
         d = epoch.changeover_hours
         running = (now - attempt.started_at).total_seconds() / 3600.0
@@ -164,7 +239,7 @@ class LiveSpot:
             changeover_left_hours=max(0.0, d - running),
             spot_up=mode is Mode.SPOT or market.up is True,
             spot_age_hours=market.age_hours(now),
-            tick_hours=policy.spot_decision_seconds / 3600.0,
+            tick_hours=epoch.tick_hours,
         )
         decision = decide(situation, epoch.availability, self.memo)
         if decision.mode is mode:
@@ -175,6 +250,51 @@ class LiveSpot:
         # spot, or wait: either way on-demand is not worth holding, and spot is up
         cause = f"{PREFIX}: {decision.reason}; leave on-demand: {spot.id} is up"
         return Move(AttemptOutcome.TO_SPOT, cause, decision)
+
+    def queued(self, job: Job, placement: Placement, now: datetime) -> Decision | None:
+        """For a job the plan puts on a spot offering that is down: the decider's answer when it
+        is to take on-demand now (``None``: wait, as the plan does, or nothing to decide)."""
+        policy = self.policy
+        if not policy.live_spot or placement.market is not Market.SPOT or not job.deadline:
+            return None
+        spot = self.offerings.get(placement.offering_id)
+        group = self._groups.get(_group_key(spot)) if spot is not None else None
+        market = self.book.history(placement.offering_id)
+        if spot is None or group is None or group.on_demand is None or market.up is not False:
+            return None
+        due = job.deadline - timedelta(hours=self.downstream.get(job.id, 0.0))
+        if due <= now:
+            return None
+        owner = ("queued", job.id)
+        epoch = self._epoch(
+            owner,
+            job,
+            spot,
+            group.on_demand,
+            placement.instances,
+            placement.runtime_hours,
+            due,
+            now,
+        )
+        situation = Situation(
+            work_hours=epoch.work_hours,
+            deadline_hours=epoch.deadline_hours,
+            changeover_hours=epoch.changeover_hours,
+            spot_usd_per_hour=epoch.spot_usd,
+            on_demand_usd_per_hour=epoch.on_demand_usd,
+            elapsed_hours=(now - epoch.started).total_seconds() / 3600.0,
+            done_hours=0.0,
+            mode=Mode.IDLE,
+            changeover_left_hours=0.0,
+            spot_up=False,
+            spot_age_hours=market.age_hours(now),
+            tick_hours=epoch.tick_hours,
+        )
+        decision = decide(situation, epoch.availability, self.memo)
+        if decision.mode is Mode.ON_DEMAND:
+            self._epochs.pop(owner, None)
+            return decision
+        return None
 
     def _may_return(self, job: Job, attempts: Sequence[Attempt]) -> bool:
         """Whether an on-demand job may go back to spot: not latched there by a switch rule,
@@ -191,32 +311,44 @@ class LiveSpot:
 
     def _epoch(
         self,
+        owner: tuple[str, int | str],
         job: Job,
-        attempt: Attempt,
         spot: Offering,
         on_demand: Offering,
+        n: int,
         remaining: float,
+        due: datetime,
         now: datetime,
     ) -> _Epoch:
+        """The epoch of ``owner`` (a running attempt, or a queued job) on ``spot``, begun again
+        when the market's estimate moved."""
         market = self.book.history(spot.id)
-        key = (attempt.id, spot.id, len(market.periods))
-        epoch = self._epochs.get(attempt.id)
-        if epoch is not None and epoch.key == key:
+        seen = len(market.periods)
+        epoch = self._epochs.get(owner)
+        if (
+            epoch is not None
+            and epoch.spot_id == spot.id
+            and seen < epoch.periods * (1 + REESTIMATE_GROWTH) + 2
+        ):
             return epoch
-        assert job.deadline is not None
         d = changeover_hours(job, spot)
-        tick = self.policy.spot_decision_seconds / 3600.0
-        step = max(1, round(max(1, round(d / tick)) / 4)) * tick
-        n = attempt.instances
+        # on geometric grids (work up, slack down: never optimistic), so that jobs of one
+        # family share their tables
+        remaining = _grid(remaining, up=True)
+        deadline = remaining + _grid(max(0.0, (due - now).total_seconds() / 3600 - remaining))
+        tick = max(self.policy.spot_decision_seconds / 3600.0, deadline / MAX_LIVE_STEPS)
+        step = step_ticks(d, tick, remaining, max(0.0, deadline - remaining)) * tick
         epoch = _Epoch(
-            key,
+            spot.id,
+            seen,
             now,
+            tick,
             remaining,
-            (job.deadline - now).total_seconds() / 3600.0,
-            market.estimate(now, step, d),
-            self.price(spot, now) * n,
-            self.price(on_demand, now) * n,
+            deadline,
+            market.estimate(None, step, d),
+            _grid(self.price(spot, now) * n, up=True),
+            _grid(self.price(on_demand, now) * n),
             d,
         )
-        self._epochs[attempt.id] = epoch
+        self._epochs[owner] = epoch
         return epoch

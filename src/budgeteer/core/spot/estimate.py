@@ -65,6 +65,14 @@ class Availability:
         b = sum(age_steps >= edge for edge in self.bucket_steps) - 1
         return (0 if up else len(self.bucket_steps)) + max(b, 0)
 
+    def expected_outage_steps(self, age_steps: float) -> float:
+        """The expected number of steps until spot is up again, for an outage ``age_steps``
+        old (the chain's mean time to leave its down states)."""
+        nb = len(self.bucket_steps)
+        q = self.transition[nb:, nb:]
+        steps = np.linalg.solve(np.eye(nb) - q, np.ones(nb))
+        return float(steps[self.state_of(False, age_steps) - nb])
+
     def key(self) -> bytes:
         """A fingerprint of the chain (memo keys)."""
         return self.transition.tobytes() + repr(self.bucket_steps).encode()
@@ -169,8 +177,9 @@ class MarketHistory:
         periods = (*self.periods, closed)[-MAX_PERIODS:]
         return MarketHistory(self.offering_id, periods, up, at, True, seen)
 
-    def periods_until(self, now: datetime) -> tuple[Period, ...]:
-        """The closed periods within the window, and the current one up to ``now`` (censored)."""
+    def periods_until(self, now: datetime | None) -> tuple[Period, ...]:
+        """The closed periods within the window, and the current one up to ``now`` (censored;
+        left out when ``now`` is ``None``)."""
         kept: list[Period] = []
         budget = HISTORY_DAYS * 24.0
         for p in reversed(self.periods):
@@ -179,7 +188,7 @@ class MarketHistory:
             kept.append(p if p.hours <= budget else Period(p.up, budget, False))
             budget -= p.hours
         kept.reverse()
-        if self.up is not None and self.since is not None:
+        if now is not None and self.up is not None and self.since is not None:
             kept.append(Period(self.up, max(0.0, (now - self.since).total_seconds() / 3600), False))
         return tuple(kept)
 
@@ -189,6 +198,10 @@ class MarketHistory:
             return 0.0
         return max(0.0, (now - self.since).total_seconds() / 3600.0)
 
-    def estimate(self, now: datetime, step_hours: float, changeover_hours: float) -> Availability:
-        """The chain from what was seen up to ``now`` (the prior alone before any sighting)."""
+    def estimate(
+        self, now: datetime | None, step_hours: float, changeover_hours: float
+    ) -> Availability:
+        """The chain from what was seen up to ``now`` (the prior alone before any sighting);
+        from the closed periods alone when ``now`` is ``None`` (the same chain until the next
+        flip, so decisions made meanwhile share their tables)."""
         return estimate(self.periods_until(now), step_hours, changeover_hours)
