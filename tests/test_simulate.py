@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -233,14 +234,19 @@ def test_the_cli_compares_policies_as_json_and_writes_a_report(tmp_path: Path) -
         "jobs_held_at_end",
         "preemptions",
         "waste_usd",
+        "changeovers",
+        "on_demand_hours",
     }
     for result in doc["policies"].values():
         assert keys <= set(result)
         assert set(result["sla_met_fraction"]) == {"P0", "P1", "P2", "P3"}
     od = doc["policies"]["on-demand-fifo"]
     assert od["preemptions"] == 0
+    assert od["changeovers"] == {"to_spot": 0, "bridge_on_demand": 0, "to_on_demand": 0}
+    assert od["on_demand_hours"] > default_hours(doc)
     assert od["cost_usd"] == pytest.approx(od["on_demand_equivalent_usd"])
     default = doc["policies"]["default"]
+    assert default["on_demand_hours"] > 0  # spot is not always there
     assert default["budget_overrun_usd"] == 0
     assert default["cost_usd"] < od["cost_usd"]
     assert default["sla_met_fraction"]["P0"] in {None, 1.0}
@@ -262,3 +268,8 @@ def test_the_cli_compares_policies_as_json_and_writes_a_report(tmp_path: Path) -
     )
     assert bad.returncode == 2
     assert "--policies: unknown policy 'cheapest'" in bad.stderr
+
+
+def default_hours(doc: dict[str, Any]) -> float:
+    """On-demand instance-hours of the ``default`` policy in a ``simulate --json`` document."""
+    return float(doc["policies"]["default"]["on_demand_hours"])

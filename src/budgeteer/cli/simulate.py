@@ -122,5 +122,6 @@ def _table(scenario: str, results: dict[str, dict[str, Any]]) -> None:
     row("jobs completed", lambda r: str(r["jobs_completed"]))
     row("held at end", lambda r: str(r["jobs_held_at_end"]))
     row("preemptions", lambda r: str(r["preemptions"]))
+    row("on-demand instance-h", lambda r: f"{r['on_demand_hours']:,.0f}")
     row("waste $", lambda r: f"{r['waste_usd']:,.0f}")
     Console().print(table)

@@ -8,6 +8,9 @@ ledger) after the fact, so the numbers are the ledger's, not a model's.
 - ``sla_met_fraction`` per tier — among jobs whose deadline fell inside the horizon, the share
   that succeeded by it (``None`` when a tier had none);
 - ``jobs_completed``, ``jobs_held_at_end``, ``preemptions``;
+- ``changeovers`` — attempts ended to change market: ``to_spot`` and ``bridge_on_demand`` (the
+  live spot decider), ``to_on_demand`` (switch rules, the late check);
+- ``on_demand_hours`` — instance-hours billed on on-demand (from the ledger);
 - ``waste_usd`` — the spend of pipeline runs whose validation gate failed (features, train,
   validate), plus the spend of attempts whose work was lost (failed runs).
 """
@@ -37,6 +40,7 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
     attempts = store.attempts()
     ledger = store.ledger()
     prices = OnDemandPrices(built.catalog)
+    markets = {a.id: a.market for a in attempts}
     by_job_att: dict[str, list[Any]] = defaultdict(list)
     for a in attempts:
         by_job_att[a.job_id].append(a)
@@ -66,6 +70,27 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
         "jobs_completed": sum(j.state is JobState.SUCCEEDED for j in jobs.values()),
         "jobs_held_at_end": sum(j.state is JobState.HELD for j in jobs.values()),
         "preemptions": sum(a.outcome is AttemptOutcome.PREEMPTED for a in attempts),
+        "changeovers": {
+            o.value: sum(a.outcome is o for a in attempts)
+            for o in (
+                AttemptOutcome.TO_SPOT,
+                AttemptOutcome.BRIDGE_ON_DEMAND,
+                AttemptOutcome.TO_ON_DEMAND,
+            )
+        },
+        "on_demand_hours": round(
+            float(
+                sum(
+                    (
+                        e.amount_usd / e.usd_per_hour
+                        for e in ledger
+                        if e.usd_per_hour and markets.get(e.attempt_id) == "on_demand"
+                    ),
+                    ZERO,
+                )
+            ),
+            3,
+        ),
         "waste_usd": float(waste),
         "cycles": run.cycles,
     }
