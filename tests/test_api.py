@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from api_world import ADMIN, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
 from budgeteer.core.spot.estimate import MarketHistory
+from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.store import LedgerEntry, OfferingBackoff
 
@@ -35,10 +36,26 @@ def test_submit_follow_explain_and_cancel(world: World) -> None:
     assert why["decision"] == "admit"
     assert why["numbers"]["expected_cost_usd"] > 0
     assert why["numbers"]["finish"] <= job["deadline"]
+    assert why["spot_decision"] is None  # nothing decided about spot yet
     events = world.http.get(handle["links"]["events"], headers=g).json()["events"]
     assert [e["to"] for e in events] == ["submitted"]
     r = world.http.post(handle["links"]["cancel"], headers=g)
     assert (r.status_code, r.json()["state"]) == (202, "cancelled")
+
+
+def test_explain_gives_the_spot_deciders_latest_word(world: World) -> None:
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
+    said = (
+        "spot decider: take on-demand now (spot down 40 min, slack 0.90 h; spot $0.37/h vs "
+        "on-demand $2.95/h, changeover 22 min)"
+    )
+    world.store.transition(job_id, JobState.QUEUED, at=world.clock.now(), cause=said)
+    world.store.transition(
+        job_id, JobState.PROVISIONING, at=world.clock.now(), cause=f"placed on 1×g4dn; {said}"
+    )
+    why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()
+    assert why["spot_decision"] == said
 
 
 def test_idempotency_keys(world: World) -> None:

@@ -13,6 +13,7 @@ from budgeteer.core.progress import eta, samples_of
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
+from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
 from budgeteer.store import Attempt, ProgressReport
 
 PARKED = {JobState.HELD, JobState.WAITING}
@@ -113,7 +114,22 @@ def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
 
 
 def explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
-    """Why this placement, or why held: the numbers of a pure plan of the current snapshot."""
+    """Why this placement, or why held: the numbers of a pure plan of the current snapshot;
+    ``spot_decision``: the spot decider's latest word on the job (or ``None``)."""
+    return _explain(ctx, job) | {"spot_decision": _spot_decision(ctx, job.id)}
+
+
+def _spot_decision(ctx: ApiContext, job_id: str) -> str | None:
+    """The latest event cause that carries a spot decider's decision, with its numbers."""
+    for event in reversed(ctx.store.events(job_id)):
+        cause = event.cause or ""
+        at = cause.find(f"{SPOT_DECIDER}:")
+        if at >= 0:
+            return cause[at:]
+    return None
+
+
+def _explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
     if not job.state.is_pending:
         attempts = ctx.store.attempts(job.id)
         return {

@@ -80,6 +80,17 @@ def solve(
         idle, spot, _ = at(e)
         return np.where(avail.up[:, None], spot, idle)
 
+    # a spot changeover begun in an up state: the chance it is lost at step j (and the steps it
+    # billed), and that it survives all d — the same for every e, so worked out once
+    lost_at: list[tuple[F, F]] = []
+    surv = np.eye(len(up_idx))
+    for j in range(1, d + 1):
+        lost = surv @ t_u  # distribution over all states at e + j
+        lost[:, up_idx] = 0.0
+        lost_at.append((lost, lost.sum(axis=1)[:, None] * j * spot_cost))
+        surv = surv @ t_uu
+    survived = surv.sum(axis=1)[:, None] * (d * spot_cost)
+
     for e in range(horizon - 1, -1, -1):
         done = q <= e - work_steps + 1 + 1e-9
         frac = work_steps - e + q
@@ -89,16 +100,9 @@ def solve(
         od_run = np.where(done, od_cost * frac, od_cost + t @ od_n)
         # spot changeover begun in an up state: survives through step j or is lost at j
         switch_up = np.zeros((len(up_idx), size))
-        surv = np.eye(len(up_idx))
-        for j in range(1, d + 1):
-            step = surv @ t_u  # distribution over all states at e + j
-            lost = step.copy()
-            lost[:, up_idx] = 0.0
-            switch_up += lost @ shift(at(e + j)[0], j) + lost.sum(axis=1)[:, None] * j * spot_cost
-            surv = surv @ t_uu
-        switch_up += surv @ shift(spot_next(e + d)[up_idx], d) + surv.sum(axis=1)[:, None] * (
-            d * spot_cost
-        )
+        for j, (lost, billed) in enumerate(lost_at, start=1):
+            switch_up += lost @ shift(at(e + j)[0], j) + billed
+        switch_up += surv @ shift(spot_next(e + d)[up_idx], d) + survived
         spot_sw = np.full((n, size), INF)
         spot_sw[up_idx] = switch_up
         spot_run = np.where(done, spot_cost * frac, spot_cost + t @ spot_next(e + 1))
