@@ -243,6 +243,15 @@ class SnapshotBuilder:
         return dataclasses.replace(job, work=work, incremental_reference_hours=incremental)
 
 
+def off_spot_for_good(job: Job, outcomes: Sequence[AttemptOutcome | None], policy: Policy) -> bool:
+    """Whether the job's attempts latched it on on-demand: moved there by a switch rule or the
+    late check, or preempted its tier's (or its own) ``max_preemptions`` times."""
+    limit = policy.spot_rules_for(job).max_preemptions
+    return AttemptOutcome.TO_ON_DEMAND in outcomes or (
+        limit is not None and outcomes.count(AttemptOutcome.PREEMPTED) >= limit
+    )
+
+
 def _without_spot(job: Job) -> Job:
     return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
 
@@ -255,13 +264,8 @@ def with_history(job: Job, attempts: Sequence[Attempt], policy: Policy) -> Job:
     if not job.state.is_pending or not attempts:
         return job
     outcomes = [a.outcome for a in attempts]
-    preemptions = outcomes.count(AttemptOutcome.PREEMPTED)
-    limit = policy.spot_rules_for(job).max_preemptions
-    latched = AttemptOutcome.TO_ON_DEMAND in outcomes or (
-        limit is not None and preemptions >= limit
-    )
-    if latched or outcomes[-1] is AttemptOutcome.BRIDGE_ON_DEMAND:
-        job = dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+    if off_spot_for_good(job, outcomes, policy) or outcomes[-1] is AttemptOutcome.BRIDGE_ON_DEMAND:
+        job = _without_spot(job)
     scaled = [a.workers * 2 for a in attempts if a.outcome is AttemptOutcome.SCALE_UP]
     if scaled:
         res = job.resources

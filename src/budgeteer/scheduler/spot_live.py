@@ -44,12 +44,13 @@ from datetime import datetime, timedelta
 from budgeteer.core import Placement, Policy
 from budgeteer.core.progress import Trend
 from budgeteer.core.spot.decide import Decision, Situation, TableMemo, decide, step_ticks
-from budgeteer.core.spot.estimate import Availability
+from budgeteer.core.spot.estimate import Availability, MarketHistory
 from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.markets import MarketBook
+from budgeteer.scheduler.snapshots import off_spot_for_good
 from budgeteer.store.base import Attempt
 
 #: Prefix of the decider's causes (events, attempts' exit reasons).
@@ -225,23 +226,16 @@ class LiveSpot:
             now,
         )
         market = self.book.history(spot.id)
-        d = epoch.changeover_hours
         running = (now - attempt.started_at).total_seconds() / 3600.0
-        situation = Situation(
-            work_hours=epoch.work_hours,
-            deadline_hours=epoch.deadline_hours,
-            changeover_hours=d,
-            spot_usd_per_hour=epoch.spot_usd,
-            on_demand_usd_per_hour=epoch.on_demand_usd,
-            elapsed_hours=(now - epoch.started).total_seconds() / 3600.0,
-            done_hours=min(max(epoch.work_hours - remaining, 0.0), epoch.work_hours),
-            mode=mode,
-            changeover_left_hours=max(0.0, d - running),
+        decision = self._decide(
+            epoch,
+            market,
+            now,
+            mode,
+            done=min(max(epoch.work_hours - remaining, 0.0), epoch.work_hours),
+            changeover_left=max(0.0, epoch.changeover_hours - running),
             spot_up=mode is Mode.SPOT or market.up is True,
-            spot_age_hours=market.age_hours(now),
-            tick_hours=epoch.tick_hours,
         )
-        decision = decide(situation, epoch.availability, self.memo)
         if decision.mode is mode:
             return None
         if mode is Mode.SPOT:  # on-demand, or wait: either way spot is not worth holding
@@ -276,6 +270,26 @@ class LiveSpot:
             due,
             now,
         )
+        decision = self._decide(
+            epoch, market, now, Mode.IDLE, done=0.0, changeover_left=0.0, spot_up=False
+        )
+        if decision.mode is Mode.ON_DEMAND:
+            self._epochs.pop(owner, None)
+            return decision
+        return None
+
+    def _decide(
+        self,
+        epoch: _Epoch,
+        market: MarketHistory,
+        now: datetime,
+        mode: Mode,
+        *,
+        done: float,
+        changeover_left: float,
+        spot_up: bool,
+    ) -> Decision:
+        """The decider's answer at this position of ``epoch``."""
         situation = Situation(
             work_hours=epoch.work_hours,
             deadline_hours=epoch.deadline_hours,
@@ -283,28 +297,21 @@ class LiveSpot:
             spot_usd_per_hour=epoch.spot_usd,
             on_demand_usd_per_hour=epoch.on_demand_usd,
             elapsed_hours=(now - epoch.started).total_seconds() / 3600.0,
-            done_hours=0.0,
-            mode=Mode.IDLE,
-            changeover_left_hours=0.0,
-            spot_up=False,
+            done_hours=done,
+            mode=mode,
+            changeover_left_hours=changeover_left,
+            spot_up=spot_up,
             spot_age_hours=market.age_hours(now),
             tick_hours=epoch.tick_hours,
         )
-        decision = decide(situation, epoch.availability, self.memo)
-        if decision.mode is Mode.ON_DEMAND:
-            self._epochs.pop(owner, None)
-            return decision
-        return None
+        return decide(situation, epoch.availability, self.memo)
 
     def _may_return(self, job: Job, attempts: Sequence[Attempt]) -> bool:
         """Whether an on-demand job may go back to spot: not latched there by a switch rule,
         the late check or the preemption limit, and not already sent back once only for its
         plan to choose on-demand again."""
         outcomes = [a.outcome for a in attempts]
-        limit = self.policy.spot_rules_for(job).max_preemptions
-        if AttemptOutcome.TO_ON_DEMAND in outcomes:
-            return False
-        if limit is not None and outcomes.count(AttemptOutcome.PREEMPTED) >= limit:
+        if off_spot_for_good(job, outcomes, self.policy):
             return False
         ended = [o for o in outcomes if o is not None]
         return not ended or ended[-1] is not AttemptOutcome.TO_SPOT
