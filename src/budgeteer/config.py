@@ -110,6 +110,62 @@ class RayConfig(_Strict):
     )
 
 
+_AWS_ID = r"^[A-Za-z0-9._:/+=@-]+$"
+
+
+class Ec2Config(_Strict):
+    """The team's AWS account (``budgeteer.backends.ec2``, the ``aws`` extra): each attempt an
+    EC2 ``RunInstances``. The planner considers the catalog's AWS offerings in ``region`` that
+    have an AMI (``images``: accelerator → AMI id, ``"*"`` for the rest) and, when zonal, a
+    subnet for their zone (``subnets``: zone or AZ id → subnet id, ``"*"`` for regional
+    offerings). Checkpoints, exits and stops live under ``s3://bucket/prefix/``. Credentials are
+    boto3's own (instance profile, environment, ``~/.aws``); see docs/backends/ec2.md for the
+    IAM policy."""
+
+    kind: Literal["ec2"]
+    workdir: Path = Path(".budgeteer")
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")]
+    bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$")] = "budgeteer"
+    images: Annotated[
+        dict[str, Annotated[str, Field(pattern=r"^ami-[0-9a-f]{8,17}$")]],
+        Field(min_length=1, max_length=256),
+    ]
+    subnets: dict[str, Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=dict, max_length=256
+    )
+    security_groups: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list, max_length=16
+    )
+    #: an instance profile's name or ARN (the role the agent uses for S3)
+    instance_profile: Annotated[str, Field(pattern=_AWS_ID, max_length=512)] | None = None
+    key_name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    #: the SQS queue an EventBridge rule sends "EC2 Spot Instance Interruption Warning" to
+    interruption_queue_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+    #: the interpreter on the AMI that has budgeteer (the agent)
+    python: Annotated[str, Field(min_length=1, max_length=1024)] = "python3"
+    instance_workdir: Annotated[str, Field(pattern=r"^/[^\s]*$", max_length=1024)] = (
+        "/var/lib/budgeteer"
+    )
+    #: seconds between the notice and SIGKILL (AWS gives two minutes before it takes a spot
+    #: instance: keep it under 120)
+    grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 110.0
+    poll_seconds: Annotated[float, Field(gt=0, le=60)] = 5.0
+    sync_seconds: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    #: the agent powers its instance off when the job ends (billing stops even if the service
+    #: is down); the backend also terminates it
+    shutdown: bool = True
+    #: ``MaxPrice`` of spot requests as a share of the on-demand price (default: AWS's cap,
+    #: the on-demand price)
+    spot_max_price_fraction: Annotated[float, Field(gt=0, le=10)] | None = None
+    #: most instances at once per offering (the account's quotas, or a team's cap)
+    limits: dict[str, Annotated[int, Field(ge=0, le=100_000)]] = Field(
+        default_factory=dict, max_length=4096
+    )
+    #: another EC2/S3/SQS endpoint (a VPC endpoint; moto in tests)
+    endpoint_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+
+
 class ApiConfig(_Strict):
     """``budgeteer serve``: where the API listens and who may use it.
 
@@ -152,8 +208,13 @@ class ApiConfig(_Strict):
         return self
 
 
+#: The backends' kinds.
+BACKEND_KINDS = ("sandbox", "slurm", "ray", "ec2")
+
 #: One of the backends, by ``kind``.
-BackendConfig = Annotated[SandboxConfig | SlurmConfig | RayConfig, Field(discriminator="kind")]
+BackendConfig = Annotated[
+    SandboxConfig | SlurmConfig | RayConfig | Ec2Config, Field(discriminator="kind")
+]
 
 
 class ServiceConfig(_Strict):
@@ -162,9 +223,7 @@ class ServiceConfig(_Strict):
     store: str = "sqlite:///budgeteer.db"
     catalog: Path | None = None
     budgets: Path | None = None
-    backend: Annotated[SandboxConfig | SlurmConfig | RayConfig, Field(discriminator="kind")] = (
-        Field(default_factory=SandboxConfig)
-    )
+    backend: BackendConfig = Field(default_factory=SandboxConfig)
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     api: ApiConfig = Field(default_factory=ApiConfig)
 
@@ -178,10 +237,10 @@ def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
         raise SpecError("(root)", "expected a mapping", str(path))
     if "backend" in doc and isinstance(doc["backend"], dict):
         kind = doc["backend"].setdefault("kind", "sandbox")
-        if kind not in {"sandbox", "slurm", "ray"}:
+        if kind not in BACKEND_KINDS:
             raise SpecError(
                 "backend.kind",
-                f"unknown backend {kind!r}; available: sandbox, slurm, ray",
+                f"unknown backend {kind!r}; available: {', '.join(BACKEND_KINDS)}",
                 str(path),
             )
     try:
@@ -196,7 +255,7 @@ def _without_backend_tag(errors: SpecErrors) -> SpecErrors:
     out = []
     for e in errors.errors:
         field = e.field
-        for kind in ("sandbox", "slurm", "ray"):
+        for kind in BACKEND_KINDS:
             if field == f"backend.{kind}" or field.startswith(f"backend.{kind}."):
                 field = "backend" + field.removeprefix(f"backend.{kind}")
         out.append(SpecError(field, e.problem, e.source))

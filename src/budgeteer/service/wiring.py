@@ -14,6 +14,7 @@ from pathlib import Path
 
 from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
 from budgeteer.backends.base import ComputeBackend
+from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.market import replay_market
 from budgeteer.backends.ray import RayBackend
@@ -21,6 +22,7 @@ from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
 from budgeteer.config import (
+    Ec2Config,
     RateMarketConfig,
     RayConfig,
     SandboxConfig,
@@ -61,8 +63,8 @@ class Service:
     def job_user(self) -> JobUser | None:
         """The user jobs run as (``None``: this service's own, which is then not root)."""
         backend = self.config.backend
-        if isinstance(backend, RayConfig):
-            return None  # Ray runs jobs as the user its nodes run as
+        if isinstance(backend, RayConfig | Ec2Config):
+            return None  # jobs run as the user the nodes (the AMI's agent) run as
         return resolve_job_user(backend.run_as)
 
     def seed_budgets(self) -> int:
@@ -106,10 +108,12 @@ class Service:
                 python=backend_cfg.python or sys.executable,
                 # one cluster may serve several budgeteer deployments (or a store made anew):
                 # their attempts' submission ids must not meet
-                namespace=hashlib.sha256(self.store.url.encode()).hexdigest()[:8],
+                namespace=self.namespace(),
                 grace_seconds=backend_cfg.grace_seconds,
             )
             backend, catalog = ray, self._placed(backend_cfg.placements)
+        elif isinstance(backend_cfg, Ec2Config):
+            backend, catalog = self._ec2(backend_cfg)
         else:
             backend = SandboxBackend(
                 self.clock,
@@ -160,6 +164,55 @@ class Service:
             run_as=self.job_user(),
         )
         return backend, catalog
+
+    def _ec2(self, cfg: Ec2Config) -> tuple[Ec2Backend, Catalog]:
+        """The EC2 backend and the catalog's offerings it can launch (each limit on one)."""
+        settings = Ec2Settings(
+            region=cfg.region,
+            bucket=cfg.bucket,
+            images=dict(cfg.images),
+            prefix=cfg.prefix,
+            subnets=dict(cfg.subnets),
+            security_groups=tuple(cfg.security_groups),
+            instance_profile=cfg.instance_profile,
+            key_name=cfg.key_name,
+            interruption_queue_url=cfg.interruption_queue_url,
+            python=cfg.python,
+            instance_workdir=cfg.instance_workdir,
+            grace_seconds=cfg.grace_seconds,
+            poll_seconds=cfg.poll_seconds,
+            sync_seconds=cfg.sync_seconds,
+            shutdown=cfg.shutdown,
+            spot_max_price_fraction=cfg.spot_max_price_fraction,
+            limits=dict(cfg.limits),
+            endpoint_url=cfg.endpoint_url,
+        )
+        known = {o.id for o in self.catalog.offerings}
+        unknown = sorted(set(cfg.limits) - known)
+        if unknown:
+            raise SpecError(
+                f"backend.limits.{unknown[0]}",
+                f"no such offering in the catalog ({self.catalog.source})",
+            )
+        offerings = tuple(o for o in self.catalog.offerings if settings.serves(o))
+        if not offerings:
+            raise SpecError(
+                "backend.images",
+                f"no AWS offering of the catalog in {cfg.region} can launch: each needs an "
+                "image for its accelerator (or '*') and, when zonal, a subnet for its zone",
+            )
+        backend = Ec2Backend(
+            self.clock,
+            settings,
+            {o.id: o for o in offerings},
+            # one account may serve several budgeteer deployments: their tags must not meet
+            namespace=self.namespace(),
+        )
+        return backend, dataclasses.replace(self.catalog, offerings=offerings)
+
+    def namespace(self) -> str:
+        """This deployment's name on shared engines and accounts (a hash of its store)."""
+        return hashlib.sha256(self.store.url.encode()).hexdigest()[:8]
 
     def path(self, p: Path) -> Path:
         """``p`` resolved against the config's folder."""

@@ -1,0 +1,655 @@
+"""The ``ec2`` backend: each attempt is one ``RunInstances`` call in the team's AWS account
+(boto3, the optional extra ``budgeteer[aws]``).
+
+Launch. The offering's instance type, ``instances`` of them, in the subnet configured for its
+zone (``subnets``: zone or AZ id → subnet; ``"*"`` for regional offerings), the AMI configured
+for its accelerator (``images``: accelerator → AMI, ``"*"`` for the rest), the security groups,
+instance profile and key; spot offerings with ``InstanceMarketOptions`` (one-time, terminate on
+interruption, ``MaxPrice`` when ``spot_max_price_fraction`` of the on-demand price is set — AWS
+caps at on-demand otherwise); shutdown behaviour *terminate*; tags ``budgeteer:deployment``,
+``budgeteer:job``, ``budgeteer:attempt`` (a restarted scheduler finds its instances by them) and
+a ``ClientToken`` per attempt (AWS launches a retried call once). The user data
+(:func:`render_user_data`) exports the job's environment — its API URL and token, ids, market —
+and runs :mod:`budgeteer.backends.ec2_agent` with the command: the agent restores the checkpoint
+from S3, runs the job, passes it the notice, saves the checkpoint back, and writes the exit.
+
+Errors: ``InsufficientInstanceCapacity`` and its kin (``SpotMaxPriceTooLow``, the account's
+instance and vCPU limits, ``MaxSpotInstanceCountExceeded``) → :class:`CapacityUnavailable`
+(transient: the scheduler backs off and may place elsewhere); throttling and AWS's own errors →
+:class:`Ec2Unavailable` (transient); anything else (a bad AMI, subnet or parameter) →
+:class:`LaunchFailed` with AWS's code and message.
+
+Status. ``DescribeInstances`` and the agents' exit records in S3; the attempt is
+``provisioning`` until every instance runs, ``running`` until every rank wrote its exit (then
+``succeeded`` if all exited 0, else ``failed`` with the first non-zero code), ``stopped`` after
+budgeteer's stop, ``preempted`` after a spot interruption — learned from the ``EC2 Spot
+Instance Interruption Warning`` events EventBridge delivers to an SQS queue
+(``interruption_queue_url``; the backend polls it), from an agent that saw the instance-action,
+or from the instance's state reason ``Server.SpotInstanceTermination``. An instance terminated
+with no exit record and no interruption is ``failed`` with its state reason. When an attempt
+ends, its instances are terminated (the agent also powers its instance off): billing is per
+second from launch to termination, at the catalog's price of the offering.
+
+Stop. ``stop`` puts ``ATTEMPT/stop`` in S3 (the agents poll it and send the job SIGTERM); once
+``grace_seconds`` have passed, or the agents have written their exits, the instances are
+terminated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from budgeteer.backends.base import (
+    Capabilities,
+    CapacityUnavailable,
+    Handle,
+    LaunchFailed,
+    LaunchRequest,
+    RunState,
+    Status,
+    check_request,
+    job_variables,
+)
+from budgeteer.backends.market import CatalogPrices
+from budgeteer.clock import Clock
+from budgeteer.domain.offering import Market, Offering
+from budgeteer.errors import BudgeteerError
+
+log = logging.getLogger(__name__)
+
+#: AWS error codes that mean "no room now" (try later or elsewhere).
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "InsufficientFreeAddressesInSubnet",
+    }
+)
+#: AWS error codes that mean "AWS is busy" (try again).
+TRANSIENT_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ServiceUnavailable",
+        "Unavailable",
+        "InternalError",
+        "InternalFailure",
+    }
+)
+#: The detail-type of AWS's two-minute warning (EventBridge → SQS).
+INTERRUPTION_WARNING = "EC2 Spot Instance Interruption Warning"
+#: The state reason of an instance AWS took back.
+SPOT_TERMINATION = "Server.SpotInstanceTermination"
+#: User data is at most 16 KB (before base64).
+MAX_USER_DATA = 16 * 1024
+#: Seconds between two reads of the interruption queue.
+QUEUE_POLL_SECONDS = 1.0
+
+
+class Ec2Unavailable(BudgeteerError):
+    """EC2, S3 or SQS did not answer or throttled (transient)."""
+
+    transient = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2Settings:
+    """Where and how attempts launch (the ``ec2`` backend's configuration, see the module
+    docstring); ``bucket``/``prefix``: where checkpoints, exits and stops live in S3."""
+
+    region: str
+    bucket: str
+    images: Mapping[str, str]
+    prefix: str = "budgeteer"
+    subnets: Mapping[str, str] = field(default_factory=dict)
+    security_groups: tuple[str, ...] = ()
+    instance_profile: str | None = None
+    key_name: str | None = None
+    interruption_queue_url: str | None = None
+    python: str = "python3"
+    instance_workdir: str = "/var/lib/budgeteer"
+    grace_seconds: float = 110.0
+    poll_seconds: float = 5.0
+    sync_seconds: float = 60.0
+    shutdown: bool = True
+    spot_max_price_fraction: float | None = None
+    limits: Mapping[str, int] = field(default_factory=dict)
+    endpoint_url: str | None = None
+
+    def image(self, offering: Offering) -> str | None:
+        """The AMI for ``offering``'s accelerator (or the default)."""
+        return self.images.get(offering.accelerator) or self.images.get("*")
+
+    def subnets_for(self, offering: Offering) -> list[str | None]:
+        """The subnets to try for ``offering``, in order: those configured for its zones, then
+        ``"*"``; a zonal offering (one zone) only its zone's. ``[None]``: the default VPC."""
+        own = list(dict.fromkeys(self.subnets[z] for z in offering.zones if z in self.subnets))
+        if len(offering.zones) == 1:
+            return list(own)
+        if "*" in self.subnets and self.subnets["*"] not in own:
+            own.append(self.subnets["*"])
+        return list(own) or [None]
+
+    def serves(self, offering: Offering) -> bool:
+        """Whether attempts on ``offering`` can launch here: AWS, this region, an AMI, and a
+        subnet when the offering is zonal."""
+        return (
+            offering.provider == "aws"
+            and offering.region == self.region
+            and self.image(offering) is not None
+            and bool(self.subnets_for(offering))
+        )
+
+
+def attempt_key(request: LaunchRequest | Handle, namespace: str) -> str:
+    """``bgt-<deployment>-<job>-<attempt>``: tags, client token and S3 paths."""
+    return f"bgt-{namespace}-{request.job_id}-{request.attempt}"
+
+
+def render_user_data(
+    settings: Ec2Settings, request: LaunchRequest, namespace: str, env: Mapping[str, str]
+) -> str:
+    """The instance's bootstrap: a bash script exporting ``env`` (the job's variables) and
+    running the agent with the command. Raises :class:`LaunchFailed` beyond 16 KB."""
+    key = attempt_key(request, namespace)
+    root = f"{settings.prefix.strip('/')}/{namespace}"
+    agent = [
+        settings.python,
+        "-m",
+        "budgeteer.backends.ec2_agent",
+        "--bucket",
+        settings.bucket,
+        "--attempt-prefix",
+        f"{root}/attempts/{key}",
+        "--checkpoint-prefix",
+        f"{root}/checkpoints/{request.job_id}",
+        "--workdir",
+        settings.instance_workdir,
+        "--nodes",
+        str(request.instances),
+        "--grace",
+        f"{settings.grace_seconds:g}",
+        "--poll",
+        f"{settings.poll_seconds:g}",
+        "--sync",
+        f"{settings.sync_seconds:g}",
+    ]
+    if settings.shutdown:
+        agent.append("--shutdown")
+    lines = [
+        "#!/bin/bash",
+        f"# budgeteer: job {request.job_id}, attempt {request.attempt} ({key})",
+        "set -eu",
+        *(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())),
+        f"export AWS_DEFAULT_REGION={shlex.quote(settings.region)}",
+        "exec " + shlex.join([*agent, "--", *request.command]),
+    ]
+    script = "\n".join(lines) + "\n"
+    if len(script.encode()) > MAX_USER_DATA:
+        raise LaunchFailed(
+            f"user data is {len(script.encode())} bytes; EC2 takes at most {MAX_USER_DATA} "
+            "(a shorter command or fewer pass_env variables)"
+        )
+    return script
+
+
+@dataclass
+class _Attempt:
+    handle: Handle
+    key: str
+    stop_reason: str | None = None
+    stop_at: datetime | None = None
+    interrupted: bool = False
+    final: Status | None = None
+
+
+def _client_error(exc: Exception) -> tuple[str, str] | None:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    err = response.get("Error") or {}
+    return str(err.get("Code", "")), str(err.get("Message", ""))
+
+
+class Ec2Backend(CatalogPrices):
+    """Attempts as EC2 instances (see the module docstring)."""
+
+    name = "ec2"
+    capabilities = Capabilities(spot=True, preemption_notice=True, multi_node=True)
+
+    def __init__(
+        self,
+        clock: Clock,
+        settings: Ec2Settings,
+        offerings: Mapping[str, Offering],
+        *,
+        namespace: str,
+        session: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.settings = settings
+        self.namespace = namespace
+        self.offerings = dict(offerings)
+        self._client = session or self._boto_client
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._attempts: dict[str, _Attempt] = {}
+        self._queue_read = datetime.min.replace(tzinfo=UTC)
+        self._interrupted: set[str] = set()  # instance ids AWS warned about
+
+    # -- clients --------------------------------------------------------------------------
+    def _boto_client(self, service: str) -> Any:
+        import boto3  # noqa: PLC0415 - the aws extra
+
+        return boto3.client(
+            service, region_name=self.settings.region, endpoint_url=self.settings.endpoint_url
+        )
+
+    def client(self, service: str) -> Any:
+        """The boto3 client for ``service`` (made once)."""
+        if service not in self._clients:
+            self._clients[service] = self._client(service)
+        return self._clients[service]
+
+    def _call(self, service: str, op: str, **kwargs: Any) -> Any:
+        """``service.op(**kwargs)``, AWS's busy answers and unreachable endpoints turned into
+        :class:`Ec2Unavailable`; other errors raised as they are."""
+        try:
+            return getattr(self.client(service), op)(**kwargs)
+        except Exception as exc:
+            code = _client_error(exc)
+            if code is not None and code[0] in TRANSIENT_CODES:
+                raise Ec2Unavailable(f"{service} {op}: {code[0]}: {code[1]}") from None
+            if code is None and type(exc).__name__ in {
+                "EndpointConnectionError",
+                "ConnectTimeoutError",
+                "ReadTimeoutError",
+                "ConnectionClosedError",
+            }:
+                raise Ec2Unavailable(f"{service} {op}: {exc}") from None
+            raise
+
+    # -- the port -------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Handle:
+        """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        check_request(request)
+        offering = request.offering
+        if not self.settings.serves(offering):
+            raise LaunchFailed(
+                f"{offering.id} cannot launch on ec2 in {self.settings.region}: "
+                "needs provider aws, this region, an image for its accelerator and, for a "
+                "zonal offering, a subnet for its zone"
+            )
+        self._check_limit(request)
+        key = attempt_key(request, self.namespace)
+        user_data = render_user_data(self.settings, request, self.namespace, job_variables(request))
+        tags = [
+            {"Key": "budgeteer:deployment", "Value": self.namespace},
+            {"Key": "budgeteer:job", "Value": request.job_id},
+            {"Key": "budgeteer:attempt", "Value": str(request.attempt)},
+            {"Key": "budgeteer:offering", "Value": offering.id},
+            {"Key": "Name", "Value": key},
+        ]
+        kwargs: dict[str, Any] = {
+            "ImageId": self.settings.image(offering),
+            "InstanceType": offering.instance_type,
+            "MinCount": request.instances,
+            "MaxCount": request.instances,
+            "UserData": user_data,
+            "ClientToken": key[-64:],
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ],
+        }
+        if self.settings.security_groups:
+            kwargs["SecurityGroupIds"] = list(self.settings.security_groups)
+        if self.settings.instance_profile:
+            profile = self.settings.instance_profile
+            kwargs["IamInstanceProfile"] = (
+                {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+            )
+        if self.settings.key_name:
+            kwargs["KeyName"] = self.settings.key_name
+        if offering.market is Market.SPOT:
+            spot: dict[str, Any] = {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            }
+            max_price = self._max_price(offering)
+            if max_price is not None:
+                spot["MaxPrice"] = max_price
+            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+        reply = self._run(offering, key, kwargs)
+        instances = reply.get("Instances", [])
+        ids = tuple(sorted(str(i["InstanceId"]) for i in instances))
+        if len(ids) != request.instances:  # MinCount = MaxCount: all or nothing
+            self._terminate(ids)
+            raise CapacityUnavailable(f"{offering.id}: {len(ids)} of {request.instances} launched")
+        handle = Handle.of(self.name, key, request, ids, self.clock.now())
+        with self._lock:
+            self._attempts[key] = _Attempt(handle, key)
+        return handle
+
+    def _run(self, offering: Offering, key: str, kwargs: dict[str, Any]) -> Any:
+        """``RunInstances`` in each of the offering's subnets in turn until one has room (a
+        zone out of capacity fails over to the next at once); :class:`CapacityUnavailable`
+        when none has."""
+        refusals: list[str] = []
+        for subnet in self.settings.subnets_for(offering):
+            args = dict(kwargs, SubnetId=subnet) if subnet else kwargs
+            try:
+                return self._call("ec2", "run_instances", **args)
+            except Ec2Unavailable:
+                raise
+            except Exception as exc:
+                code = _client_error(exc)
+                if code is None:
+                    raise
+                if code[0] not in CAPACITY_CODES:
+                    raise LaunchFailed(f"EC2 refused {key}: {code[0]}: {code[1]}") from None
+                refusals.append(f"{subnet or 'default VPC'}: {code[0]}: {code[1]}")
+        raise CapacityUnavailable(f"{offering.id}: " + "; ".join(refusals))
+
+    def adopt(self, request: LaunchRequest) -> Handle | None:
+        """Re-attach by the attempt's tags; ``None`` when EC2 has no instance of it."""
+        key = attempt_key(request, self.namespace)
+        found = self._by_tags(request.job_id, request.attempt)
+        if not found:
+            return None
+        launched = min(_as_utc(i["LaunchTime"]) for i in found)
+        ids = tuple(sorted(str(i["InstanceId"]) for i in found))
+        handle = Handle.of(self.name, key, request, ids, launched)
+        attempt = _Attempt(handle, key)
+        prefix = self._attempt_prefix(key)
+        attempt.stop_reason = self._read_text(f"{prefix}/stop")
+        if attempt.stop_reason is not None:
+            attempt.stop_at = self.clock.now()
+        attempt.interrupted = self._read_text(f"{prefix}/interrupted") is not None
+        with self._lock:
+            self._attempts[key] = attempt
+        return handle
+
+    def status(self, handle: Handle) -> Status:
+        """See :class:`~budgeteer.backends.base.ComputeBackend` and the module docstring."""
+        with self._lock:
+            attempt = self._attempts[handle.id]
+            if attempt.final is not None:
+                return attempt.final
+        self._read_interruptions()
+        instances = self._describe(handle.instance_ids)
+        if not attempt.interrupted and (
+            any(i in self._interrupted for i in handle.instance_ids)
+            or any(_reason(x) == SPOT_TERMINATION for x in instances.values())
+        ):
+            attempt.interrupted = True
+            self._put_text(f"{self._attempt_prefix(attempt.key)}/interrupted", "1")
+        status = self._status(attempt, instances)
+        if status.state.is_final:
+            self._terminate(handle.instance_ids)
+            with self._lock:
+                attempt.final = status
+        return status
+
+    def stop(self, handle: Handle, reason: str) -> None:
+        """The notice: ``ATTEMPT/stop`` in S3, which the agents poll; the instances are
+        terminated once the grace has passed or the agents have written their exits."""
+        with self._lock:
+            attempt = self._attempts[handle.id]
+            if attempt.final is not None or attempt.stop_reason is not None:
+                return
+            attempt.stop_reason = reason
+            attempt.stop_at = self.clock.now()
+        self._put_text(f"{self._attempt_prefix(attempt.key)}/stop", reason)
+
+    def live(self) -> list[Handle]:
+        """Attempts that have not ended."""
+        with self._lock:
+            handles = [a.handle for a in self._attempts.values() if a.final is None]
+        return [h for h in handles if not self.status(h).state.is_final]
+
+    def poll(self) -> None:
+        """Nothing to advance: EC2 runs the instances."""
+
+    # -- reading the attempt's state -----------------------------------------------------
+    def _status(self, attempt: _Attempt, instances: Mapping[str, Mapping[str, Any]]) -> Status:
+        handle = attempt.handle
+        now = self.clock.now()
+        exits = self._exits(attempt.key)
+        started = handle.launched_at
+        notice = attempt.stop_reason
+        if len(exits) >= len(handle.instance_ids):
+            ended = max((_parse_time(e.get("ended_at")) or now) for e in exits.values())
+            ended = min(max(ended, started), now)
+            codes = [int(exits[r].get("code", 1)) for r in sorted(exits)]
+            noticed = {e.get("notice") for e in exits.values()} - {None}
+            if not noticed and all(c == 0 for c in codes):
+                return Status(RunState.SUCCEEDED, 0, "", started, ended)
+            if attempt.interrupted or "interruption" in noticed:
+                return Status(RunState.PREEMPTED, codes[0], "spot interruption", started, ended)
+            if notice is not None:
+                return Status(RunState.STOPPED, codes[0], notice, started, ended)
+            bad = next((c for c in codes if c != 0), 1)
+            return Status(RunState.FAILED, bad, f"exit code {bad}", started, ended)
+        gone = {
+            iid: x
+            for iid, x in instances.items()
+            if x.get("State", {}).get("Name") in {"shutting-down", "terminated", "stopped"}
+        }
+        missing = [i for i in handle.instance_ids if i not in instances]
+        if gone or missing:
+            if attempt.interrupted:
+                return Status(RunState.PREEMPTED, None, "spot interruption", started, now)
+            if notice is not None:
+                return Status(RunState.STOPPED, None, notice, started, now)
+            why = ", ".join(f"{i}: {_reason(x) or 'terminated'}" for i, x in sorted(gone.items()))
+            if missing:
+                why = ", ".join(filter(None, [why, f"{', '.join(missing)}: unknown to EC2"]))
+            return Status(RunState.FAILED, None, f"instance ended: {why}", started, now)
+        if (
+            notice is not None
+            and attempt.stop_at is not None
+            and now - attempt.stop_at >= timedelta(seconds=self.settings.grace_seconds)
+        ):
+            state = RunState.PREEMPTED if attempt.interrupted else RunState.STOPPED
+            reason = "spot interruption" if attempt.interrupted else notice
+            return Status(state, None, f"{reason} (killed after the grace)", started, now)
+        states = {x.get("State", {}).get("Name") for x in instances.values()}
+        if states == {"running"}:
+            return Status(RunState.RUNNING, None, "", started)
+        return Status(RunState.PROVISIONING, None, "", None)
+
+    def _describe(self, ids: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
+        out: dict[str, Mapping[str, Any]] = {}
+        try:
+            pages = self._call("ec2", "describe_instances", InstanceIds=list(ids))
+        except Ec2Unavailable:
+            raise
+        except Exception as exc:
+            code = _client_error(exc)
+            if code is None or code[0] != "InvalidInstanceID.NotFound":
+                raise
+            return out  # every one gone from EC2's memory
+        for reservation in pages.get("Reservations", []):
+            for inst in reservation.get("Instances", []):
+                out[str(inst["InstanceId"])] = inst
+        return out
+
+    def _by_tags(self, job_id: str, attempt: int) -> list[Mapping[str, Any]]:
+        reply = self._call(
+            "ec2",
+            "describe_instances",
+            Filters=[
+                {"Name": "tag:budgeteer:deployment", "Values": [self.namespace]},
+                {"Name": "tag:budgeteer:job", "Values": [job_id]},
+                {"Name": "tag:budgeteer:attempt", "Values": [str(attempt)]},
+            ],
+        )
+        return [i for r in reply.get("Reservations", []) for i in r.get("Instances", [])]
+
+    def _exits(self, key: str) -> dict[int, dict[str, Any]]:
+        """The agents' exit records by rank."""
+        prefix = f"{self._attempt_prefix(key)}/exit-"
+        reply = self._call("s3", "list_objects_v2", Bucket=self.settings.bucket, Prefix=prefix)
+        out: dict[int, dict[str, Any]] = {}
+        for obj in reply.get("Contents", []):
+            name = str(obj["Key"])[len(prefix) :]
+            rank = name.removesuffix(".json")
+            if not rank.isdigit():
+                continue
+            text = self._read_text(str(obj["Key"]))
+            try:
+                record = json.loads(text or "")
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                log.warning("ignoring a malformed exit record %s", obj["Key"])
+                continue
+            out[int(rank)] = record
+        return out
+
+    def _read_interruptions(self) -> None:
+        """Drain the interruption queue (at most once a second): warnings for our instances
+        are remembered and deleted; malformed messages are deleted with a warning; others'
+        are left for their owner."""
+        url = self.settings.interruption_queue_url
+        now = self.clock.now()
+        if url is None or (now - self._queue_read).total_seconds() < QUEUE_POLL_SECONDS:
+            return
+        self._queue_read = now
+        with self._lock:
+            ours = {i for a in self._attempts.values() for i in a.handle.instance_ids}
+        for _ in range(10):  # at most 100 messages a read
+            reply = self._call(
+                "sqs", "receive_message", QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            )
+            messages = reply.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                instance = _warned_instance(message.get("Body", ""))
+                if instance is None:
+                    log.warning("dropping a malformed interruption message: %.200s", message)
+                elif instance not in ours:
+                    continue
+                else:
+                    self._interrupted.add(instance)
+                self._call(
+                    "sqs", "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"]
+                )
+
+    # -- helpers --------------------------------------------------------------------------
+    def _attempt_prefix(self, key: str) -> str:
+        return f"{self.settings.prefix.strip('/')}/{self.namespace}/attempts/{key}"
+
+    def _put_text(self, key: str, text: str) -> None:
+        self._call("s3", "put_object", Bucket=self.settings.bucket, Key=key, Body=text.encode())
+
+    def _read_text(self, key: str) -> str | None:
+        try:
+            reply = self._call("s3", "get_object", Bucket=self.settings.bucket, Key=key)
+        except Ec2Unavailable:
+            raise
+        except Exception as exc:
+            code = _client_error(exc)
+            if code is not None and code[0] in {"NoSuchKey", "404"}:
+                return None
+            raise
+        return str(reply["Body"].read().decode("utf-8", "replace"))
+
+    def _terminate(self, ids: tuple[str, ...]) -> None:
+        if not ids:
+            return
+        try:
+            self._call("ec2", "terminate_instances", InstanceIds=list(ids))
+        except Ec2Unavailable:
+            raise
+        except Exception as exc:
+            code = _client_error(exc)
+            if code is None or code[0] != "InvalidInstanceID.NotFound":
+                raise
+
+    def _check_limit(self, request: LaunchRequest) -> None:
+        limit = self.settings.limits.get(request.offering.id, request.offering.max_instances)
+        if limit is None:
+            return
+        with self._lock:
+            used = sum(
+                len(a.handle.instance_ids)
+                for a in self._attempts.values()
+                if a.final is None and a.handle.offering_id == request.offering.id
+            )
+        if used + request.instances > limit:
+            raise CapacityUnavailable(
+                f"{request.offering.id}: {used} of {limit} instances in use "
+                f"(backend.limits), {request.instances} asked for"
+            )
+
+    def _max_price(self, offering: Offering) -> str | None:
+        fraction = self.settings.spot_max_price_fraction
+        if fraction is None:
+            return None
+        on_demand = next(
+            (
+                o
+                for o in self.offerings.values()
+                if o.market is Market.ON_DEMAND
+                and (o.provider, o.region, o.instance_type)
+                == (offering.provider, offering.region, offering.instance_type)
+            ),
+            None,
+        )
+        if on_demand is None:
+            return None
+        price = Decimal(repr(on_demand.usd_per_hour)) * Decimal(repr(fraction))
+        return f"{price.quantize(Decimal('0.000001'))}"
+
+
+def _warned_instance(body: str) -> str | None:
+    """The instance of an ``EC2 Spot Instance Interruption Warning`` event; ``None`` for
+    anything else (a malformed body, another event)."""
+    try:
+        event = json.loads(body)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if not isinstance(event, dict) or event.get("detail-type") != INTERRUPTION_WARNING:
+        return None
+    detail = event.get("detail")
+    instance = detail.get("instance-id") if isinstance(detail, dict) else None
+    return instance if isinstance(instance, str) and instance.startswith("i-") else None
+
+
+def _reason(instance: Mapping[str, Any]) -> str:
+    return str((instance.get("StateReason") or {}).get("Code", ""))
+
+
+def _as_utc(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    parsed = _parse_time(value)
+    return parsed or datetime.now(UTC)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
