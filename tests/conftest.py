@@ -20,6 +20,7 @@ from budgeteer.backends.jobuser import SDK_PACKAGES, python_for, resolve_job_use
 from budgeteer.backends.slurm_local import LocalSlurm
 from budgeteer.backends.slurm_local import available as slurm_available
 from budgeteer.store import MemoryStore, SqlStore, Store
+from ec2_world import have_moto, moto_server
 from engines import RayTestCluster, engine_missing
 
 POSTGRES_URL = os.environ.get("BUDGETEER_TEST_POSTGRES_URL")
@@ -175,6 +176,16 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     w = make_world(url, tmp_path)
     yield w
     w.store.close()
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """One moto server for the session (``ec2_world``): the EC2 backend's AWS; a missing moto
+    fails under CI and skips elsewhere."""
+    if not have_moto():
+        engine_missing("moto[server] is not installed (pip install 'budgeteer[aws-test]')")
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

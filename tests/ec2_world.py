@@ -29,12 +29,24 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from base64 import b64decode
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+try:  # the aws-test extra; conftest's moto_url fails (CI) or skips without it
+    import boto3
+    from botocore.awsrequest import AWSResponse
+except ImportError:  # pragma: no cover
+    boto3 = None
+
+from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
+from budgeteer.clock import SystemClock
+from budgeteer.domain.offering import Offering
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -138,8 +150,6 @@ class Instances:
     the module docstring)."""
 
     def __init__(self, endpoint: str, namespace: str, queue_url: str, logs: Path) -> None:
-        import boto3  # noqa: PLC0415
-
         self.endpoint, self.namespace, self.queue_url, self.logs = (
             endpoint,
             namespace,
@@ -258,3 +268,109 @@ class Instances:
 
 def have_moto() -> bool:
     return moto_server_command() is not None and shutil.which("bash") is not None
+
+
+def session(endpoint: str) -> Callable[[str], Any]:
+    """boto3 clients on ``endpoint`` with the test credentials."""
+
+    def make(service: str) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    return make
+
+
+@dataclass
+class World:
+    """An account of its own on the moto server: a bucket, an interruption queue, a subnet, an
+    EC2 backend over ``offerings`` and the instances' side (see the module docstring)."""
+
+    backend: Ec2Backend
+    instances: Instances
+    settings: Ec2Settings
+    namespace: str
+    endpoint: str
+    offerings: tuple[Offering, ...]
+
+    def client(self, service: str) -> Any:
+        return self.backend.client(service)
+
+    def restarted(self) -> Ec2Backend:
+        """The backend as a new service process would open it."""
+        return Ec2Backend(
+            SystemClock(),
+            self.settings,
+            {o.id: o for o in self.offerings},
+            namespace=self.namespace,
+            session=session(self.endpoint),
+        )
+
+
+def open_world(endpoint: str, tmp_path: Path, offerings: tuple[Offering, ...]) -> World:
+    """A fresh :class:`World` (close ``world.instances`` after)."""
+    make = session(endpoint)
+    ec2, s3, sqs = make("ec2"), make("s3"), make("sqs")
+    namespace = uuid.uuid4().hex[:8]
+    bucket = f"budgeteer-{namespace}"
+    s3.create_bucket(Bucket=bucket)
+    queue = sqs.create_queue(QueueName=f"interruptions-{namespace}")["QueueUrl"]
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    settings = Ec2Settings(
+        region="us-east-1",
+        bucket=bucket,
+        images={"*": image},
+        subnets={"use1-az2": subnet, "*": subnet},
+        interruption_queue_url=queue,
+        python=sys.executable,
+        instance_workdir=str(tmp_path / "instance"),
+        grace_seconds=10.0,
+        poll_seconds=0.2,
+        sync_seconds=0.5,
+        shutdown=False,
+    )
+    backend = Ec2Backend(
+        SystemClock(), settings, {o.id: o for o in offerings}, namespace=namespace, session=make
+    )
+    logs = tmp_path / "ec2-logs"
+    logs.mkdir(exist_ok=True)
+    instances = Instances(endpoint, namespace, queue, logs)
+    return World(backend, instances, settings, namespace, endpoint, offerings)
+
+
+def refuse_run_instances(
+    backend: Ec2Backend,
+    code: str,
+    status: int = 500,
+    times: int = 1000,
+    spot_only: bool = False,
+) -> None:
+    """Make the next ``times`` RunInstances answer AWS's error ``code`` (real botocore
+    parsing); later calls (and, with ``spot_only``, on-demand ones)
+    go through to moto."""
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+        f"<Code>{code}</Code><Message>We currently do not have sufficient capacity.</Message>"
+        "</Error></Errors><RequestID>r-1</RequestID></Response>"
+    ).encode()
+
+    class Raw:
+        def stream(self, **_: Any) -> Iterator[bytes]:
+            yield body
+
+    left = [times]
+
+    def answer(request: Any, **_: Any) -> AWSResponse | None:
+        sent = request.body if isinstance(request.body, bytes) else str(request.body).encode()
+        if left[0] <= 0 or (spot_only and b"InstanceMarketOptions" not in sent):
+            return None
+        left[0] -= 1
+        return AWSResponse(request.url, status, {}, Raw())
+
+    backend.client("ec2").meta.events.register_first("before-send.ec2.RunInstances", answer)

@@ -1,5 +1,6 @@
 """The ``ComputeBackend`` contract, run over every implementation: the sandbox (real local
-processes, a manual clock) and the simulated backend (the event kernel's time). A harness per
+processes, a manual clock), the simulated backend (the event kernel's time), the real Slurm
+and Ray clusters the tests start, and EC2 on moto's server (``ec2_world``). A harness per
 backend says how to express "a job that succeeds / fails / runs long" and how time passes;
 the assertions are the same. (Process-level details of the sandbox — SIGKILL after the grace,
 the environment a job sees, its exit codes — stay in ``test_backend_contract.py``.)"""
@@ -36,6 +37,7 @@ from budgeteer.sim.backend import SimBackend
 from budgeteer.sim.kernel import Kernel
 from budgeteer.store import MemoryStore
 from builders import THROUGHPUT, make_job, make_offering
+from ec2_world import open_world, refuse_run_instances
 from engines import RayTestCluster
 from engines import settle as engine_settle
 
@@ -313,7 +315,38 @@ class RayHarness(_EngineHarness):
             self.cluster.replace_spot()
 
 
-@pytest.fixture(params=["sandbox", "sim", "slurm", "ray"])
+class Ec2Harness(_EngineHarness):
+    """EC2 on moto's server, the instances played by local processes running their user data
+    (``ec2_world``); spot taken away as AWS does it (the warning, then the instance), and later
+    spot launches refused with AWS's ``InsufficientInstanceCapacity``."""
+
+    pool = (make_offering("pool", max_instances=2), 2)
+    no_spot = "InsufficientInstanceCapacity"
+
+    def __init__(self, tmp_path: Path, moto_url: str) -> None:
+        super().__init__(tmp_path)
+        self.world = open_world(moto_url, tmp_path, (ON_DEMAND, SPOT, self.pool[0]))
+        self.backend = self.world.backend
+
+    def restarted(self) -> ComputeBackend:
+        return self.world.restarted()
+
+    def revoke_spot(self) -> None:
+        for handle in self.backend.live():
+            if handle.offering_id == SPOT.id:
+                for instance in handle.instance_ids:
+                    self.world.instances.interrupt(instance, terminate_after=3.0)
+        refuse_run_instances(
+            self.world.backend, "InsufficientInstanceCapacity", 400, spot_only=True
+        )
+
+    def close(self) -> None:
+        for handle in self.backend.live():
+            self.backend.stop(handle, "test teardown")
+        self.world.instances.close()
+
+
+@pytest.fixture(params=["sandbox", "sim", "slurm", "ray", "ec2"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     h: Harness
     if request.param == "sandbox":
@@ -322,6 +355,8 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
         h = SimHarness(tmp_path)
     elif request.param == "slurm":
         h = SlurmHarness(tmp_path, request.getfixturevalue("slurm_cluster"))
+    elif request.param == "ec2":
+        h = Ec2Harness(tmp_path, request.getfixturevalue("moto_url"))
     else:
         h = RayHarness(tmp_path, request.getfixturevalue("ray_cluster"))
     yield h

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,8 @@ from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.service.wiring import build
 from builders import make_offering
-from ec2_world import CREDENTIALS, Instances, have_moto, moto_server
-from engines import engine_missing, settle, until
+from ec2_world import CREDENTIALS, Instances, World, open_world, refuse_run_instances, session
+from engines import settle, until
 
 PY = sys.executable
 SPOT = replace(
@@ -53,88 +53,13 @@ ON_DEMAND = replace(
 ZONAL = replace(SPOT, id="aws-spot-az2", zones=("use1-az2",))
 
 
-@pytest.fixture(scope="module")
-def moto_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not have_moto():
-        engine_missing("moto[server] is not installed (the aws test extra)")
-    with moto_server() as url:
-        yield url
-
-
-@dataclass
-class World:
-    backend: Ec2Backend
-    instances: Instances
-    settings: Ec2Settings
-    namespace: str
-    endpoint: str
-
-    def client(self, service: str) -> Any:
-        return self.backend.client(service)
-
-    def restarted(self) -> Ec2Backend:
-        return Ec2Backend(
-            SystemClock(),
-            self.settings,
-            {o.id: o for o in (SPOT, ON_DEMAND, ZONAL)},
-            namespace=self.namespace,
-            session=_session(self.endpoint),
-        )
-
-
-def _session(endpoint: str) -> Any:
-    import boto3  # noqa: PLC0415
-
-    def make(service: str) -> Any:
-        return boto3.client(
-            service,
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        )
-
-    return make
-
-
 @pytest.fixture
 def world(moto_url: str, tmp_path: Path) -> Iterator[World]:
-    make = _session(moto_url)
-    ec2, s3, sqs = make("ec2"), make("s3"), make("sqs")
-    namespace = uuid.uuid4().hex[:8]
-    bucket = f"budgeteer-{namespace}"
-    s3.create_bucket(Bucket=bucket)
-    queue = sqs.create_queue(QueueName=f"interruptions-{namespace}")["QueueUrl"]
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
-    settings = Ec2Settings(
-        region="us-east-1",
-        bucket=bucket,
-        images={"*": image},
-        subnets={"use1-az2": subnet, "*": subnet},
-        interruption_queue_url=queue,
-        python=PY,
-        instance_workdir=str(tmp_path / "instance"),
-        grace_seconds=10.0,
-        poll_seconds=0.2,
-        sync_seconds=0.5,
-        shutdown=False,
-    )
-    backend = Ec2Backend(
-        SystemClock(),
-        settings,
-        {o.id: o for o in (SPOT, ON_DEMAND, ZONAL)},
-        namespace=namespace,
-        session=make,
-    )
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    instances = Instances(moto_url, namespace, queue, logs)
+    w = open_world(moto_url, tmp_path, (SPOT, ON_DEMAND, ZONAL))
     try:
-        yield World(backend, instances, settings, namespace, moto_url)
+        yield w
     finally:
-        instances.close()
+        w.instances.close()
 
 
 def _request(
@@ -216,7 +141,7 @@ def test_spot_launches_with_market_options_and_a_capped_price(world: World) -> N
         settings,
         {o.id: o for o in (SPOT, ON_DEMAND)},
         namespace=world.namespace,
-        session=_session(world.endpoint),
+        session=session(world.endpoint),
     )
     sent: list[dict[str, Any]] = []
     backend.client("ec2").meta.events.register(
@@ -315,32 +240,6 @@ def test_a_restarted_backend_re_attaches_by_tags_and_only_to_what_launched(world
     assert settle(again, adopted, 60).state is RunState.SUCCEEDED
 
 
-def _refuse_with(backend: Ec2Backend, code: str, status: int = 500, times: int = 1000) -> None:
-    """Make the next ``times`` RunInstances answer AWS's error ``code`` (real botocore
-    parsing); later calls go through to moto."""
-    from botocore.awsrequest import AWSResponse  # noqa: PLC0415
-
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
-        f"<Code>{code}</Code><Message>We currently do not have sufficient capacity.</Message>"
-        "</Error></Errors><RequestID>r-1</RequestID></Response>"
-    ).encode()
-
-    class Raw:
-        def stream(self, **_: Any) -> Iterator[bytes]:
-            yield body
-
-    left = [times]
-
-    def answer(request: Any, **_: Any) -> AWSResponse | None:
-        if left[0] <= 0:
-            return None
-        left[0] -= 1
-        return AWSResponse(request.url, status, {}, Raw())
-
-    backend.client("ec2").meta.events.register_first("before-send.ec2.RunInstances", answer)
-
-
 @pytest.mark.parametrize(
     ("code", "raised"),
     [
@@ -351,7 +250,7 @@ def _refuse_with(backend: Ec2Backend, code: str, status: int = 500, times: int =
     ],
 )
 def test_aws_refusals_are_capacity_or_final(world: World, code: str, raised: type) -> None:
-    _refuse_with(world.backend, code, 400)
+    refuse_run_instances(world.backend, code, 400)
     with pytest.raises(raised, match=code):
         world.backend.launch(_request("pass", SPOT))
 
@@ -365,11 +264,11 @@ def test_a_zone_out_of_capacity_fails_over_to_the_next_zone_at_once(world: World
     backend = world.restarted()
     backend.settings = replace(world.settings, subnets={"use1-az1": first, "use1-az4": second})
     assert backend.settings.subnets_for(two_zones) == [first, second]
-    _refuse_with(backend, "InsufficientInstanceCapacity", 400, times=1)
+    refuse_run_instances(backend, "InsufficientInstanceCapacity", 400, times=1)
     handle = backend.launch(_request("pass", two_zones, job="failover"))
     reply = ec2.describe_instances(InstanceIds=list(handle.instance_ids))
     assert reply["Reservations"][0]["Instances"][0]["SubnetId"] == second
-    _refuse_with(backend, "InsufficientInstanceCapacity", 400, times=2)
+    refuse_run_instances(backend, "InsufficientInstanceCapacity", 400, times=2)
     with pytest.raises(CapacityUnavailable, match=f"{first}.*{second}"):
         backend.launch(_request("pass", two_zones, job="failover", attempt=2))
     assert settle(backend, handle, 60).state is RunState.SUCCEEDED
@@ -378,7 +277,7 @@ def test_a_zone_out_of_capacity_fails_over_to_the_next_zone_at_once(world: World
 def test_throttling_is_transient(world: World) -> None:
     backend = world.restarted()
     backend.client("ec2").meta.config.retries["max_attempts"] = 0  # botocore would retry
-    _refuse_with(backend, "RequestLimitExceeded", 503)
+    refuse_run_instances(backend, "RequestLimitExceeded", 503)
     with pytest.raises(Ec2Unavailable, match="RequestLimitExceeded"):
         backend.launch(_request("pass"))
 
@@ -462,7 +361,7 @@ def _config(tmp_path: Path, backend: dict[str, Any]) -> Path:
 
 
 def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> None:
-    make = _session(moto_url)
+    make = session(moto_url)
     image = make("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     bucket = f"budgeteer-{uuid.uuid4().hex[:8]}"
     make("s3").create_bucket(Bucket=bucket)
