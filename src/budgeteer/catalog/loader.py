@@ -221,6 +221,8 @@ class _Row:
     startup_seconds: float
     max_instances: int | None
     observed_at: datetime | None
+    #: each market's price source where the row names one (a refreshed catalog does)
+    sources: tuple[tuple[Market, str], ...] = ()
 
 
 _MARKET_COLUMNS = (
@@ -229,6 +231,10 @@ _MARKET_COLUMNS = (
     (Market.ON_PREM, "on_prem_usd_per_hour"),
     (Market.RESERVED, "reserved_usd_per_hour"),
 )
+
+
+#: Optional columns naming where a market's price came from (``budgeteer catalog refresh``).
+_SOURCE_COLUMNS = ((Market.ON_DEMAND, "on_demand_source"), (Market.SPOT, "spot_source"))
 
 
 def _vms_row(path: Path, row: int, rec: dict[str, str], throughput: dict[str, float]) -> _Row:
@@ -268,6 +274,11 @@ def _vms_row(path: Path, row: int, rec: dict[str, str], throughput: dict[str, fl
         optional=True,
     )
     observed = rec.get("observed_at", "")
+    sources = tuple(
+        (market, text[:200])
+        for market, column in _SOURCE_COLUMNS
+        if (text := rec.get(column, "").strip())
+    )
     return _Row(
         provider=rec["provider"],
         region=rec["region"],
@@ -287,6 +298,7 @@ def _vms_row(path: Path, row: int, rec: dict[str, str], throughput: dict[str, fl
         )
         if observed
         else None,
+        sources=sources,
     )
 
 
@@ -337,7 +349,11 @@ def _offering(path: Path, market: Market, price: float, row: _Row, zones: list[s
         memory_gib=row.memory_gib,
         gpu_memory_gib=row.gpu_memory_gib,
         market=market,
-        price=Price(usd_per_hour=price, source=f"catalog:{path.name}", observed_at=row.observed_at),
+        price=Price(
+            usd_per_hour=price,
+            source=dict(row.sources).get(market, f"catalog:{path.name}"),
+            observed_at=row.observed_at,
+        ),
         interruption_per_hour=row.interruption_per_hour if market is Market.SPOT else 0.0,
         startup_seconds=row.startup_seconds,
         max_instances=row.max_instances,

@@ -67,7 +67,15 @@ def native_writes_to_stderr() -> None:
 
 def main() -> None:
     """Entry point of the ``budgeteer`` script."""
-    from budgeteer.cli import bench, demo, plan, service, simulate, spot  # noqa: F401, PLC0415
+    from budgeteer.cli import (  # noqa: F401, PLC0415
+        bench,
+        catalog,
+        demo,
+        plan,
+        service,
+        simulate,
+        spot,
+    )
 
     native_writes_to_stderr()
     try:
