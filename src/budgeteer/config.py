@@ -166,6 +166,60 @@ class Ec2Config(_Strict):
     endpoint_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
 
 
+_DNS = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_LABEL_KEY = r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
+
+class KubernetesPlacementConfig(_Strict):
+    """What one offering's node pool needs beyond its instance type and market: node labels
+    and tolerations."""
+
+    node_selector: dict[
+        Annotated[str, Field(pattern=_LABEL_KEY)], Annotated[str, Field(pattern=_LABEL_VALUE)]
+    ] = Field(default_factory=dict, max_length=32)
+    tolerations: list[
+        dict[Literal["key", "operator", "value", "effect"], Annotated[str, Field(max_length=253)]]
+    ] = Field(default_factory=list, max_length=32)
+
+
+class KubernetesConfig(_Strict):
+    """A Kubernetes cluster (``budgeteer.backends.kubernetes``, the ``kubernetes`` extra): each
+    attempt a ``batch/v1`` Job. ``placements`` maps the catalog offerings the cluster's node
+    pools provide (the planner considers only those) to extra node selectors and tolerations;
+    the instance type and the market's label (by ``platform``) are added by themselves.
+    Without ``kubeconfig`` the service uses its pod's service account (in-cluster)."""
+
+    kind: Literal["kubernetes"]
+    workdir: Path = Path(".budgeteer")
+    namespace: Annotated[str, Field(pattern=_DNS)] = "default"
+    kubeconfig: Path | None = None
+    context: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    #: how nodes carry their market: karpenter, eks (managed node groups), gke, aks
+    platform: Literal["karpenter", "eks", "gke", "aks"] = "karpenter"
+    #: accelerator → container image (the job's framework and budgeteer's SDK); "*": the rest
+    images: Annotated[
+        dict[str, Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")]],
+        Field(min_length=1, max_length=256),
+    ]
+    placements: Annotated[
+        dict[str, KubernetesPlacementConfig], Field(min_length=1, max_length=4096)
+    ]
+    gpu_resource: Annotated[str, Field(pattern=_LABEL_KEY)] = "nvidia.com/gpu"
+    #: a Kueue LocalQueue: the Job is created suspended with its label, Kueue admits it
+    queue_name: Annotated[str, Field(pattern=_DNS)] | None = None
+    #: a PersistentVolumeClaim for checkpoints (a subfolder per job), ReadWriteMany
+    checkpoint_claim: Annotated[str, Field(pattern=_DNS)] | None = None
+    service_account: Annotated[str, Field(pattern=_DNS)] | None = None
+    grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    #: a pod that finds no node this long means no capacity (the attempt ends, the offering
+    #: rests as long)
+    unschedulable_seconds: Annotated[float, Field(gt=0, le=86400)] = 600.0
+    pass_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, max_length=256
+    )
+
+
 class ApiConfig(_Strict):
     """``budgeteer serve``: where the API listens and who may use it.
 
@@ -209,11 +263,12 @@ class ApiConfig(_Strict):
 
 
 #: The backends' kinds.
-BACKEND_KINDS = ("sandbox", "slurm", "ray", "ec2")
+BACKEND_KINDS = ("sandbox", "slurm", "ray", "ec2", "kubernetes")
 
 #: One of the backends, by ``kind``.
 BackendConfig = Annotated[
-    SandboxConfig | SlurmConfig | RayConfig | Ec2Config, Field(discriminator="kind")
+    SandboxConfig | SlurmConfig | RayConfig | Ec2Config | KubernetesConfig,
+    Field(discriminator="kind"),
 ]
 
 

@@ -16,6 +16,8 @@ from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
 from budgeteer.backends.base import ComputeBackend
 from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
+from budgeteer.backends.k8s_manifest import K8sPlacement, K8sSettings
+from budgeteer.backends.kubernetes import KubernetesBackend, api_client_factory
 from budgeteer.backends.market import replay_market
 from budgeteer.backends.ray import RayBackend
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
@@ -23,6 +25,7 @@ from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import SystemClock
 from budgeteer.config import (
     Ec2Config,
+    KubernetesConfig,
     RateMarketConfig,
     RayConfig,
     SandboxConfig,
@@ -63,7 +66,7 @@ class Service:
     def job_user(self) -> JobUser | None:
         """The user jobs run as (``None``: this service's own, which is then not root)."""
         backend = self.config.backend
-        if isinstance(backend, RayConfig | Ec2Config):
+        if isinstance(backend, RayConfig | Ec2Config | KubernetesConfig):
             return None  # jobs run as the user the nodes (the AMI's agent) run as
         return resolve_job_user(backend.run_as)
 
@@ -114,6 +117,8 @@ class Service:
             backend, catalog = ray, self._placed(backend_cfg.placements)
         elif isinstance(backend_cfg, Ec2Config):
             backend, catalog = self._ec2(backend_cfg)
+        elif isinstance(backend_cfg, KubernetesConfig):
+            backend, catalog = self.kubernetes(backend_cfg)
         else:
             backend = SandboxBackend(
                 self.clock,
@@ -209,6 +214,40 @@ class Service:
             namespace=self.namespace(),
         )
         return backend, dataclasses.replace(self.catalog, offerings=offerings)
+
+    def kubernetes(self, cfg: KubernetesConfig) -> tuple[KubernetesBackend, Catalog]:
+        """The Kubernetes backend and the catalog's offerings its node pools provide."""
+        catalog = self._placed(cfg.placements)
+        settings = K8sSettings(
+            namespace=cfg.namespace,
+            images=dict(cfg.images),
+            platform=cfg.platform,
+            placements={
+                offering: K8sPlacement(
+                    dict(p.node_selector),
+                    tuple({str(k): v for k, v in t.items()} for t in p.tolerations),
+                )
+                for offering, p in cfg.placements.items()
+            },
+            gpu_resource=cfg.gpu_resource,
+            queue_name=cfg.queue_name,
+            checkpoint_claim=cfg.checkpoint_claim,
+            service_account=cfg.service_account,
+            grace_seconds=cfg.grace_seconds,
+            unschedulable_seconds=cfg.unschedulable_seconds,
+        )
+        missing = sorted({o.accelerator for o in catalog.offerings if settings.image(o) is None})
+        if missing:
+            raise SpecError("backend.images", f"no image for {', '.join(missing)} (or '*')")
+        kubeconfig = None if cfg.kubeconfig is None else str(self.path(cfg.kubeconfig))
+        backend = KubernetesBackend(
+            self.clock,
+            settings,
+            api_client_factory(kubeconfig, cfg.context),
+            deployment=self.namespace(),
+            pass_env=tuple(cfg.pass_env),
+        )
+        return backend, catalog
 
     def namespace(self) -> str:
         """This deployment's name on shared engines and accounts (a hash of its store)."""
