@@ -71,6 +71,7 @@ def main() -> None:
         bench,
         catalog,
         demo,
+        k8s,
         plan,
         service,
         simulate,

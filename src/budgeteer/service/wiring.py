@@ -239,7 +239,7 @@ class Service:
         missing = sorted({o.accelerator for o in catalog.offerings if settings.image(o) is None})
         if missing:
             raise SpecError("backend.images", f"no image for {', '.join(missing)} (or '*')")
-        kubeconfig = None if cfg.kubeconfig is None else str(self.path(cfg.kubeconfig))
+        kubeconfig = None if cfg.kubeconfig is None else str(self.path(cfg.kubeconfig.expanduser()))
         backend = KubernetesBackend(
             self.clock,
             settings,
