@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_world import ADMIN, SECRET, World, bill, job_spec
+from api_world import ADMIN, CATALOG, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
+from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
@@ -56,6 +57,24 @@ def test_explain_gives_the_spot_deciders_latest_word(world: World) -> None:
     )
     why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()
     assert why["spot_decision"] == said
+
+
+def test_explain_shows_the_familys_measured_speed_beside_the_catalogs(world: World) -> None:
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
+    name = world.store.job(job_id).name
+    world.store.put_speed(Speed(name, "A100").observe(0.5))
+    world.store.put_speed(Speed(name, "T4").observe(1.02))
+    world.store.put_speed(Speed("someone-else", "A100").observe(3.0))
+    why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()
+    speeds = {s["accelerator"]: s for s in why["speeds"]}
+    assert set(speeds) == {"A100", "T4"}
+    a100 = speeds["A100"]
+    assert a100["measured_factor"] == 0.75
+    assert a100["catalog_relative_throughput"] == CATALOG.throughput["A100"]
+    assert a100["measured_relative_throughput"] == round(CATALOG.throughput["A100"] * 0.75, 4)
+    assert (a100["runs"], a100["planned_with"]) == (1, True)
+    assert speeds["T4"]["planned_with"] is False  # within 3% of the catalog
 
 
 def test_idempotency_keys(world: World) -> None:

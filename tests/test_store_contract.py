@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.domain.job import DeadlineMiss, Webhook
 from budgeteer.domain.job import JobState as S
@@ -203,6 +204,21 @@ def test_market_histories_round_trip_and_replace(store: Store) -> None:
     store.put_market(later)  # replaces: one per offering
     assert store.markets() == [later, never]
     assert store.markets()[0].since == NOW + timedelta(hours=4)  # times keep their zone
+
+
+def test_learned_speeds_round_trip_and_replace(store: Store) -> None:
+    assert store.speeds() == []
+    slow = Speed("churn", "A10G").observe(0.5)
+    fast = Speed("churn", "A100").observe(1.2).observe(1.3)
+    other = Speed("ltv", "A10G", 0.9, 4)
+    for s in (other, slow, fast):
+        store.put_speed(s)
+    assert store.speeds() == [fast, slow, other]  # by family, then accelerator
+    again = slow.observe(0.5)
+    store.put_speed(again)  # replaces: one per family and accelerator
+    assert store.speeds() == [fast, again, other]
+    assert store.speeds()[1].runs == 2
+    assert store.speeds()[1].factor == pytest.approx(2 / 3)
 
 
 def test_unknown_ids(store: Store) -> None:

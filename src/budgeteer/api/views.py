@@ -10,6 +10,7 @@ from typing import Any
 
 from budgeteer.api.context import ApiContext
 from budgeteer.core.progress import eta, samples_of
+from budgeteer.core.speed import SNAPSHOT_TOLERANCE
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
@@ -115,8 +116,33 @@ def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
 
 def explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
     """Why this placement, or why held: the numbers of a pure plan of the current snapshot;
-    ``spot_decision``: the spot decider's latest word on the job (or ``None``)."""
-    return _explain(ctx, job) | {"spot_decision": _spot_decision(ctx, job.id)}
+    ``spot_decision``: the spot decider's latest word on the job (or ``None``); ``speeds``:
+    what the job's family (its name) has shown of its speed per accelerator, beside the
+    catalog's (the planner uses the learned factor where it differs)."""
+    return _explain(ctx, job) | {
+        "spot_decision": _spot_decision(ctx, job.id),
+        "speeds": _speeds(ctx, job),
+    }
+
+
+def _speeds(ctx: ApiContext, job: Job) -> list[dict[str, Any]]:
+    """The family's learned speeds: catalog relative throughput, measured factor, runs."""
+    return [
+        {
+            "accelerator": s.accelerator,
+            "catalog_relative_throughput": ctx.catalog.throughput.get(s.accelerator),
+            "measured_factor": round(s.factor, 4),
+            "measured_relative_throughput": (
+                None
+                if s.accelerator not in ctx.catalog.throughput
+                else round(ctx.catalog.throughput[s.accelerator] * s.factor, 4)
+            ),
+            "runs": s.runs,
+            "planned_with": abs(s.factor - 1.0) > SNAPSHOT_TOLERANCE,
+        }
+        for s in ctx.store.speeds()
+        if s.family == job.name
+    ]
 
 
 def _spot_decision(ctx: ApiContext, job_id: str) -> str | None:

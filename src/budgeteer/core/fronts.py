@@ -46,9 +46,33 @@ class Front:
 
 
 def _work_matrix(
+    jobs: Sequence[Job],
+    configs: Configs,
+    throughput: dict[str, float],
+    variant: Variant,
+    speeds: Sequence[tuple[str, str, float]] = (),
+) -> FloatArray:
+    """Reference hours of each job on each placement (a column when it does not vary), each
+    divided by its family's learned speed on the placement's accelerator."""
+    work = _catalog_work(jobs, configs, throughput, variant)
+    learned: dict[str, dict[str, float]] = {}
+    for family, accelerator, factor in speeds:
+        learned.setdefault(family, {})[accelerator] = factor
+    if not any(j.name in learned for j in jobs):
+        return work
+    names = configs.table.accelerators
+    factors = np.ones((len(jobs), len(names)))
+    for row, job in enumerate(jobs):
+        for col, name in enumerate(names):
+            factors[row, col] = learned.get(job.name, {}).get(name, 1.0)
+    out: FloatArray = work / factors[:, configs.accelerator]
+    return out
+
+
+def _catalog_work(
     jobs: Sequence[Job], configs: Configs, throughput: dict[str, float], variant: Variant
 ) -> FloatArray:
-    """Reference hours of each job on each placement (a column when it does not vary)."""
+    """Reference hours of each job on each placement by the catalog's speeds."""
     if variant is Variant.INCREMENTAL:
         return np.array([[j.incremental_reference_hours or math.nan] for j in jobs])
     if not any(j.work.steps_per_hour_on for j in jobs):
@@ -119,7 +143,7 @@ def _front(
         preemption_moments(j.checkpoint_interval_seconds, j.restart_overhead_seconds) for j in jobs
     ]
     ev = evaluate(
-        work_ref_hours=_work_matrix(jobs, configs, throughput, variant),
+        work_ref_hours=_work_matrix(jobs, configs, throughput, variant, snapshot.speeds),
         speed_ref_per_hour=configs.speed[None, :],
         usd_per_hour=configs.usd_per_hour[None, :],
         startup_hours=configs.startup_hours[None, :],
@@ -259,7 +283,7 @@ class FrontCache:
     def enter(self, snapshot: Snapshot) -> None:
         """Forget everything when ``snapshot`` is of another world than the cached one (call
         with the lock held)."""
-        world = (snapshot.offerings, snapshot.throughput, snapshot.egress)
+        world = (snapshot.offerings, snapshot.throughput, snapshot.egress, snapshot.speeds)
         old = self._world
         if old is not None and all(a is b for a, b in zip(old, world, strict=True)):
             return
@@ -338,6 +362,9 @@ def priced_fronts(
     found: list[Priced | None] = [None] * len(jobs)
     horizons: list[float] = []
     missing: dict[tuple[object, ...], list[int]] = {}
+    learned: dict[str, tuple[tuple[str, float], ...]] = {}
+    for family, accelerator, factor in snapshot.speeds:
+        learned[family] = (*learned.get(family, ()), (accelerator, factor))
     with cache.lock:
         for row, job in enumerate(jobs):
             deadline = due.get(job.id, job.deadline)
@@ -352,6 +379,7 @@ def priced_fronts(
                 job.checkpoint_interval_seconds,
                 job.restart_overhead_seconds,
                 job.data,
+                learned.get(job.name),  # the family's learned speeds
             )
             hit = cache.fronts.get(key)
             if hit is not None:

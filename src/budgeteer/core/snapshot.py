@@ -43,3 +43,7 @@ class Snapshot:
     running: tuple[Allocation, ...] = ()
     parked: frozenset[str] = frozenset()
     capacity_back: tuple[tuple[str, datetime], ...] = ()
+    #: (family, accelerator, factor): a job family's learned speed on an accelerator ÷ the
+    #: catalog's, where it differs (:mod:`budgeteer.core.speed`); a job's work there is divided
+    #: by it
+    speeds: tuple[tuple[str, str, float], ...] = ()

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,8 @@ class ProgressRecord:
     total_steps: int | None = None
     loss: float | None = None
     epoch: int | None = None
+    #: when the store recorded the report (``None``: read from a progress file)
+    at: datetime | None = None
 
     @property
     def fraction(self) -> float | None:

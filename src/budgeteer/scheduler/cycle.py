@@ -41,6 +41,7 @@ from budgeteer.scheduler.parking import ParkingLot
 from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
+from budgeteer.scheduler.speeds import SpeedBook
 from budgeteer.scheduler.spot_live import PREFIX, LiveSpot, downstream_hours
 from budgeteer.store.base import Move, Store
 
@@ -89,6 +90,7 @@ class Scheduler:
         self.launcher = Launcher(
             store, backend, offerings, checkpoint_root, self.live, job_env, self.markets
         )
+        self.speeds = SpeedBook(store, catalog.throughput, self.policy)
         self.snapshots = SnapshotBuilder(
             store,
             backend,
@@ -101,6 +103,7 @@ class Scheduler:
             budgets,
             price_refresh_seconds,
             price_tolerance,
+            lambda: self.speeds.snapshot,
         )
         self.reconciler = Reconciler(
             store,
@@ -113,6 +116,7 @@ class Scheduler:
             self.snapshots.spend,
             self._attempt_ended,
             self.spot,
+            self.speeds,
         )
         #: jobs whose planning raised, with the error (read by API threads: replaced whole)
         self.quarantined: Mapping[str, str] = MappingProxyType({})

@@ -9,6 +9,7 @@ Every record is parsed once, by :func:`budgeteer.domain.progress.parse_progress`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -52,7 +53,9 @@ class StoreProgress:
         if not reports:
             return []
         self._read[job_id] = reports[-1].id
-        return [parse_progress(r.record) for r in reports if r.at >= since]
+        return [
+            dataclasses.replace(parse_progress(r.record), at=r.at) for r in reports if r.at >= since
+        ]
 
     def done(self, job_id: str) -> float:
         """See :class:`ProgressSource`."""

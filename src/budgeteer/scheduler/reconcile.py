@@ -38,6 +38,7 @@ from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import Live, LiveAttempts
 from budgeteer.scheduler.progress import ProgressSource
 from budgeteer.scheduler.snapshots import SpendLedger
+from budgeteer.scheduler.speeds import SpeedBook
 from budgeteer.scheduler.spot_live import LiveSpot
 from budgeteer.store.base import Store
 
@@ -94,6 +95,7 @@ class Reconciler:
         spend: SpendLedger,
         on_attempt_end: Callable[[Job], None],
         spot: LiveSpot | None = None,
+        speeds: SpeedBook | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -106,7 +108,10 @@ class Reconciler:
         self.on_attempt_end = on_attempt_end  # wakes the parked jobs it could make room for
         self.spot = spot  # the spot decider, live (None: the planner alone picks the market)
         self.stopping: dict[int, AttemptOutcome] = {}  # attempts asked to stop, and why
+        self.speeds = speeds  # throughput learned from the jobs (None: the catalog's alone)
         self._trends: dict[int, Trend] = {}  # progress seen, per live attempt
+        #: each live attempt's first and last progress, at the reports' own times (speeds)
+        self._span: dict[int, tuple[Sample, Sample]] = {}
         self._losses: dict[int, list[float]] = {}
 
     # -- after a restart ------------------------------------------------------------------
@@ -188,6 +193,15 @@ class Reconciler:
         self.live.remove(aid)
         self.stopping.pop(aid, None)
         self._trends.pop(aid, None)
+        span = self._span.pop(aid, None)
+        offering = self.launcher.offerings.get(live.attempt.offering_id)
+        if (
+            self.speeds is not None
+            and span is not None
+            and offering is not None
+            and status.state is not RunState.FAILED
+        ):
+            self.speeds.learn(job, live.attempt, offering, *span)
         self._losses.pop(aid, None)
         self.progress.forget(aid)
         if self.spot is not None:
@@ -268,6 +282,9 @@ class Reconciler:
                 and (trend.last is None or step > trend.last.step)
             ):
                 trend = trend.add(Sample(now, step, total))
+                reported = Sample(record.at or now, step, total)
+                first = self._span.get(aid, (reported, reported))[0]
+                self._span[aid] = (first, reported)
         self._trends[aid] = trend
 
     def _control(self, live: Live, job: Job, now: datetime) -> None:

@@ -92,8 +92,10 @@ class SnapshotBuilder:
         budgets: Sequence[Budget] = (),
         price_refresh_seconds: float = 3600.0,
         price_tolerance: float = 0.01,
+        speeds: Callable[[], tuple[tuple[str, str, float], ...]] = tuple,
     ) -> None:
         self.store = store
+        self.speeds = speeds  # the families' learned speeds (scheduler.speeds)
         self.backend = backend
         self.catalog = catalog
         self.clock = clock
@@ -133,6 +135,7 @@ class SnapshotBuilder:
                 running=self.allocations(),
                 capacity_back=self.capacity_back(now),
                 parked=parked,
+                speeds=self.speeds(),
             )
 
     def budgets(self) -> tuple[Budget, ...]:

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import numpy as np
-
 from budgeteer.backends.base import (
     Capabilities,
     CapacityUnavailable,
@@ -35,7 +33,7 @@ from budgeteer.backends.base import (
 )
 from budgeteer.backends.market import MarketPrices, SandboxMarket
 from budgeteer.core.policy import Policy
-from budgeteer.core.runtime import scaling_efficiency
+from budgeteer.core.speed import modelled_fraction_per_hour
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.sim.kernel import Event, Kernel
@@ -162,18 +160,16 @@ class SimBackend(MarketPrices):
         return self._done.get(job_id, 0.0)
 
     def _rate(self, job: Job, request: LaunchRequest) -> float:
-        o = request.offering
-        k = job.resources.gpus_per_worker
-        gpus = request.workers * k
-        per_instance = max(1.0, gpus / request.instances)
-        eff = float(
-            scaling_efficiency(
-                np.array([per_instance]), np.array([float(request.instances)]), self.policy
-            )[0]
-        )
-        speed = self.throughput.get(o.accelerator, 0.0) * gpus * eff  # reference hours per hour
+        """The share of the job's work done per hour: the runtime model's, exactly."""
         assert job.work.reference_hours is not None
-        return speed / job.work.reference_hours
+        return modelled_fraction_per_hour(
+            job.work.reference_hours,
+            self.throughput.get(request.offering.accelerator, 0.0),
+            request.workers,
+            job.resources.gpus_per_worker,
+            request.instances,
+            self.policy,
+        )
 
     def _progress(self, run: _Run, at: datetime) -> float:
         if run.work_from is None or at <= run.work_from:

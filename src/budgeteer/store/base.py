@@ -23,6 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent
@@ -337,6 +338,14 @@ class Store(Protocol):
 
     def markets(self) -> list[MarketHistory]:
         """Every offering's market history, by offering id."""
+        ...
+
+    def put_speed(self, speed: Speed) -> None:
+        """Keep a job family's learned speed on one accelerator (replacing what it had)."""
+        ...
+
+    def speeds(self) -> list[Speed]:
+        """Every learned speed, by family then accelerator."""
         ...
 
     def add_session(self, session_hash: str, session: WebSession) -> None:

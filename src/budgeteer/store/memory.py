@@ -10,6 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import IllegalTransition, JobEvent, check_transition
@@ -51,6 +52,7 @@ class MemoryStore:
         self._sessions: dict[str, WebSession] = {}
         self._backoffs: dict[str, OfferingBackoff] = {}
         self._markets: dict[str, MarketHistory] = {}
+        self._speeds: dict[tuple[str, str], Speed] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -332,6 +334,16 @@ class MemoryStore:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             return [self._markets[k] for k in sorted(self._markets)]
+
+    def put_speed(self, speed: Speed) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            self._speeds[(speed.family, speed.accelerator)] = speed
+
+    def speeds(self) -> list[Speed]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return [self._speeds[k] for k in sorted(self._speeds)]
 
     def add_session(self, session_hash: str, session: WebSession) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -189,6 +189,15 @@ market_histories = sa.Table(
     sa.Column("periods", sa.Text, nullable=False),  # JSON: [[up, hours, complete], ...]
 )
 
+job_speeds = sa.Table(
+    "job_speeds",
+    metadata,
+    sa.Column("family", sa.String(128), primary_key=True),
+    sa.Column("accelerator", sa.String(64), primary_key=True),
+    sa.Column("factor", sa.Float, nullable=False),  # learned speed ÷ the catalog's
+    sa.Column("runs", sa.Integer, nullable=False),
+)
+
 webhook_deliveries = sa.Table(
     "webhook_deliveries",
     metadata,

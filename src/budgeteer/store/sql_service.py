@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.domain.job import Job, JobState
 from budgeteer.store import schema as t
@@ -188,6 +189,28 @@ class ServiceTables:
             )
             for r in rows
         ]
+
+    def put_speed(self, speed: Speed) -> None:
+        """See :class:`~budgeteer.store.base.Store`."""
+        j = t.job_speeds
+        key = (j.c.family == speed.family) & (j.c.accelerator == speed.accelerator)
+        with self._tx() as conn:
+            conn.execute(j.delete().where(key))
+            conn.execute(
+                j.insert().values(
+                    family=speed.family,
+                    accelerator=speed.accelerator,
+                    factor=speed.factor,
+                    runs=speed.runs,
+                )
+            )
+
+    def speeds(self) -> list[Speed]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        j = t.job_speeds
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(j).order_by(j.c.family, j.c.accelerator)).all()
+        return [Speed(r.family, r.accelerator, float(r.factor), int(r.runs)) for r in rows]
 
     def put_budget(self, spec: Mapping[str, Any], *, create: bool) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
