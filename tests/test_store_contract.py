@@ -27,6 +27,7 @@ from budgeteer.store import (
     Move,
     NotFound,
     OfferingBackoff,
+    PricePoint,
     SqlStore,
     Store,
     Submission,
@@ -219,6 +220,21 @@ def test_learned_speeds_round_trip_and_replace(store: Store) -> None:
     assert store.speeds() == [fast, again, other]
     assert store.speeds()[1].runs == 2
     assert store.speeds()[1].factor == pytest.approx(2 / 3)
+
+
+def test_price_points_append_exactly_skip_repeats_and_read_from_a_time(store: Store) -> None:
+    assert store.price_points() == []
+    a = PricePoint("aws/od", NOW, Decimal("3.06000001"), "aws-pricing:SKU1")
+    b = PricePoint("aws/od", NOW + timedelta(hours=1), Decimal("2.9"), "aws-pricing:SKU1")
+    c = PricePoint("gcp/od", NOW, Decimal("3.673385"), "gcp-billing:A+B+C")
+    assert store.add_prices([b, a, c]) == 3
+    assert store.add_prices([a]) == 0  # the same offering and time: kept once
+    assert store.price_points() == [a, b, c]
+    assert store.price_points("aws/od")[0].usd_per_hour == Decimal("3.06000001")  # exact
+    assert store.price_points("aws/od", since=NOW + timedelta(minutes=30)) == [a, b]
+    assert store.price_points("aws/od", since=NOW + timedelta(hours=2)) == [b]
+    assert store.price_points("nope") == []
+    assert store.price_points()[0].at == NOW  # times keep their zone
 
 
 def test_unknown_ids(store: Store) -> None:

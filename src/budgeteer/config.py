@@ -272,6 +272,27 @@ BackendConfig = Annotated[
 ]
 
 
+class LivePricesConfig(_Strict):
+    """Live prices (``budgeteer.catalog.live``): the service fetches its offerings' prices from
+    the clouds' APIs every ``refresh_seconds`` and keeps them in the store; engines' backends
+    plan and bill with them. A price older than ``max_age_seconds`` is still used (the last
+    known) but marked stale, warned about, and shown so under ``/v1/offerings``."""
+
+    providers: Annotated[list[Literal["aws", "azure", "gcp"]], Field(min_length=1, max_length=3)]
+    #: default: every region of the offerings the backend serves
+    regions: list[Annotated[str, Field(pattern=r"^[a-z0-9-]{2,64}$")]] | None = None
+    refresh_seconds: Annotated[float, Field(ge=60, le=7 * 86400)] = 3600.0
+    max_age_seconds: Annotated[float, Field(gt=0, le=30 * 86400)] = 6 * 3600.0
+    azure_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] = (
+        "https://prices.azure.com/api/retail/prices"
+    )
+    gcp_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] = (
+        "https://cloudbilling.googleapis.com/v1/services/6F81-5844-456A/skus"
+    )
+    gcp_api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "GCP_API_KEY"
+    aws_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+
+
 class ServiceConfig(_Strict):
     """``budgeteer serve`` / ``run`` / ``submit`` / ``status`` configuration."""
 
@@ -281,6 +302,8 @@ class ServiceConfig(_Strict):
     backend: BackendConfig = Field(default_factory=SandboxConfig)
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     api: ApiConfig = Field(default_factory=ApiConfig)
+    #: live prices from the clouds (engines' backends; the sandbox keeps its market's)
+    prices: LivePricesConfig | None = None
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:

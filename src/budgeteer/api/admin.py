@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from budgeteer.api.auth import hash_token, new_secret
 from budgeteer.api.deps import Admin, Ctx, Person
 from budgeteer.core.spot.estimate import MarketHistory, mean_hours
-from budgeteer.domain.offering import Market
-from budgeteer.store import ApiToken, OfferingBackoff, Store
+from budgeteer.domain.offering import Market, Offering
+from budgeteer.store import ApiToken, OfferingBackoff, PricePoint, Store
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 Team = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -87,6 +87,10 @@ def list_offerings(
     now = ctx.clock.now()
     backoffs = {b.offering_id: b for b in ctx.store.backoffs()}
     markets = {m.offering_id: m for m in ctx.store.markets()}
+    live: dict[str, PricePoint] = {}
+    for point in ctx.store.price_points(since=now):  # the live price in force now, if any
+        if point.at <= now or point.offering_id not in live:
+            live[point.offering_id] = point
     rows = [
         o
         for o in ctx.catalog.offerings
@@ -104,20 +108,39 @@ def list_offerings(
                 "accelerator": o.accelerator,
                 "accelerators_per_instance": o.accelerators_per_instance,
                 "market": o.market.value,
-                "usd_per_hour": str(o.usd_per_hour),
-                "price_source": o.price.source,
-                "price_observed_at": o.price.observed_at.isoformat()
-                if o.price.observed_at
-                else None,
-                "price_age_seconds": (now - o.price.observed_at).total_seconds()
-                if o.price.observed_at
-                else None,
+                **_price(o, live.get(o.id), now, ctx.max_price_age_seconds),
                 "interruption_per_hour": o.interruption_per_hour,
                 "backoff": _backoff(backoffs[o.id]) if o.id in backoffs else None,
                 "spot_market": _market(markets[o.id], now) if o.id in markets else None,
             }
             for o in rows[:limit]
         ]
+    }
+
+
+def _price(
+    o: Offering, point: PricePoint | None, now: datetime, max_age_seconds: float
+) -> dict[str, Any]:
+    """The price plans are made at: the live one kept from the clouds' feeds when there is one
+    (``price_stale`` past the configured age), else the catalog's."""
+    if point is not None:
+        age = (now - point.at).total_seconds()
+        return {
+            "usd_per_hour": format(point.usd_per_hour.normalize(), "f"),
+            "price_source": point.source,
+            "price_observed_at": point.at.isoformat(),
+            "price_age_seconds": age,
+            "price_stale": age > max_age_seconds,
+            "catalog_usd_per_hour": str(o.usd_per_hour),
+        }
+    observed = o.price.observed_at
+    return {
+        "usd_per_hour": str(o.usd_per_hour),
+        "price_source": o.price.source,
+        "price_observed_at": observed.isoformat() if observed else None,
+        "price_age_seconds": (now - observed).total_seconds() if observed else None,
+        "price_stale": False,
+        "catalog_usd_per_hour": str(o.usd_per_hour),
     }
 
 

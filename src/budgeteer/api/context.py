@@ -35,6 +35,8 @@ class ApiContext:
     policy: Policy = field(default_factory=Policy)
     max_body_bytes: int = 1_000_000
     is_leader: Callable[[], bool] = lambda: True
+    #: a live price older than this is shown stale (the ``prices`` config's max age)
+    max_price_age_seconds: float = 6 * 3600.0
     checkpoint_root: Path | None = None
     #: whether the scheduler loop keeps up: (ready, why) — see ``/readyz``
     loop_ready: Callable[[], tuple[bool, str]] = lambda: (True, "no scheduler in this process")

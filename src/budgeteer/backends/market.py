@@ -301,17 +301,33 @@ class MarketPrices:
         return self.market.segments(offering, start, end)
 
 
+class LivePrices(Protocol):
+    """Prices kept from the clouds' feeds (:class:`budgeteer.catalog.live.StorePrices`)."""
+
+    def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]: ...
+
+    def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]: ...
+
+
 class CatalogPrices:
     """The pricing half of the ``ComputeBackend`` port for engines that bill at the catalog's
     price of each offering (a Slurm or Ray cluster's nodes: on-prem amortised or the cloud's
-    list price), one price throughout an attempt."""
+    list price; EC2 and Kubernetes), one price throughout an attempt — or, with
+    ``live_prices`` set (the service's ``prices`` config), the prices kept from the clouds'
+    feeds, an attempt cut where they change."""
+
+    live_prices: LivePrices | None = None
 
     def price(self, offering: Offering, at: datetime) -> tuple[Decimal, str]:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        if self.live_prices is not None:
+            return self.live_prices.price(offering, at)
         return _catalog_price(offering)
 
     def price_segments(
         self, offering: Offering, start: datetime, end: datetime
     ) -> list[tuple[datetime, datetime, Decimal, str]]:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
+        if self.live_prices is not None:
+            return self.live_prices.segments(offering, start, end)
         return _one_segment(offering, start, end)

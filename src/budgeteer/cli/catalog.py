@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from budgeteer.catalog import bundled_catalog_dir, load_catalog
-from budgeteer.catalog.feeds import AZURE_URL, GCP_URL, Http, aws_quotes, azure_quotes, gcp_quotes
-from budgeteer.catalog.quotes import FeedError, GcpShape, Quote, apply_quotes
+from budgeteer.catalog.feeds import AZURE_URL, GCP_URL
+from budgeteer.catalog.live import FeedSettings, fetch_quotes
+from budgeteer.catalog.quotes import FeedError, apply_quotes
 from budgeteer.cli import app, fail
 from budgeteer.errors import BudgeteerError, SpecError
 
@@ -118,7 +119,7 @@ def refresh(
 ) -> dict[str, Any]:
     """Fetch, fold into ``catalog``'s rows, check the result loads, then write it to ``out``;
     returns the summary (also written as ``out/refresh.json``)."""
-    load_catalog(catalog)  # the input is a catalog
+    offerings = load_catalog(catalog).offerings  # the input is a catalog
     vms = catalog / "vms.csv"
     with vms.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -127,70 +128,19 @@ def refresh(
     fetched_at = now or datetime.now(UTC)
     if "gcp" in providers and not gcp_key:
         raise SpecError("--gcp-api-key-env", f"{gcp_key_env} is not set (the GCP API key)")
-    quotes: list[Quote] = []
-    feeds: dict[str, dict[str, Any]] = {}
-    for provider in providers:
-        mine = [r for r in rows if r["provider"] == provider]
-        wanted = sorted({r["region"] for r in mine if regions is None or r["region"] in regions})
-        got, retries = _fetch(
-            provider, mine, wanted, fetched_at, azure_url, gcp_url, gcp_key, aws_endpoint
-        )
-        quotes += got
-        feeds[provider] = {"regions": wanted, "quotes": len(got), "retries": retries}
-    scope = {(p, region) for p, feed in feeds.items() for region in feed["regions"]}
+    feeds = FeedSettings(azure_url, gcp_url, gcp_key, aws_endpoint)
+    quotes, summary_of = fetch_quotes(offerings, providers, regions, feeds, fetched_at)
+    scope = {(p, str(r)) for p, feed in summary_of.items() for r in feed["regions"]}  # type: ignore[attr-defined]
     done = apply_quotes(rows, quotes, scope)
     summary = {
         "fetched_at": fetched_at.isoformat(),
         "source": str(catalog),
-        "providers": feeds,
+        "providers": summary_of,
         "prices_updated": done.updated,
         "stale": done.stale,
     }
     _write(catalog, out, columns, done.rows, summary)
     return summary
-
-
-def _fetch(
-    provider: str,
-    rows: list[dict[str, str]],
-    regions: list[str],
-    fetched_at: datetime,
-    azure_url: str,
-    gcp_url: str,
-    gcp_key: str | None,
-    aws_endpoint: str | None,
-) -> tuple[list[Quote], int]:
-    quotes: list[Quote] = []
-    if provider == "azure":
-        http = Http("azure-retail")
-        for region in regions:
-            quotes += azure_quotes(http, region, fetched_at, azure_url)
-        return quotes, http.retries
-    if provider == "gcp":
-        http = Http("gcp-billing")
-        shapes = [
-            GcpShape(
-                r["region"],
-                r["instance_type"],
-                float(r["vcpus"]),
-                float(r["memory_gib"]),
-                r["accelerator"],
-                int(float(r["accelerator_count"])),
-            )
-            for r in rows
-            if r["region"] in regions and r.get("price_basis") == "host_plus_gpu"
-        ]
-        if shapes:
-            quotes += gcp_quotes(http, gcp_key or "", shapes, fetched_at, gcp_url)
-        return quotes, http.retries
-    import boto3  # noqa: PLC0415 - the aws extra
-
-    pricing = boto3.client("pricing", region_name="us-east-1", endpoint_url=aws_endpoint)
-    for region in regions:
-        ec2 = boto3.client("ec2", region_name=region, endpoint_url=aws_endpoint)
-        types = sorted({r["instance_type"] for r in rows if r["region"] == region})
-        quotes += aws_quotes(pricing, ec2, region, types, fetched_at)
-    return quotes, 0
 
 
 def _write(

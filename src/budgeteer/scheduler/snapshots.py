@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from budgeteer.backends.base import ComputeBackend
+from budgeteer.backends.market import CatalogPrices
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Allocation, Policy, Snapshot
@@ -172,8 +173,10 @@ class SnapshotBuilder:
             self._priced_at = now
             taken: list[Offering] = []
             changed = cheaper = False
+            # with live prices (the service's ``prices`` config) every market's price moves
+            live = isinstance(self.backend, CatalogPrices) and self.backend.live_prices is not None
             for current in self._in_force:
-                if current.market is Market.SPOT:
+                if current.market is Market.SPOT or live:
                     price, source = self.backend.price(current, now)
                     if _moved(float(price), current.usd_per_hour, self.price_tolerance):
                         cheaper = cheaper or float(price) < current.usd_per_hour

@@ -179,14 +179,21 @@ def build_app(
         run_any_command=cfg.api.run_any_command,
         metrics_token=os.environ.get("BUDGETEER_METRICS_TOKEN") or cfg.api.metrics_token,
         checkpoint_root=sched.checkpoint_root,
+        max_price_age_seconds=cfg.prices.max_age_seconds if cfg.prices else 6 * 3600.0,
     )
+
+    refresher = svc.refresher(sched.catalog.offerings) if scheduler else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if scheduler:
             holder["loop"].start()
             WebhookThread(notifier, holder["loop"]).start()
+        if refresher is not None:  # live prices: fetched in the background, kept in the store
+            threading.Thread(target=refresher.run, name="price-refresher", daemon=True).start()
         yield
+        if refresher is not None:
+            refresher.stop()
         if scheduler:
             holder["loop"].stopping.set()
             holder["loop"].join()

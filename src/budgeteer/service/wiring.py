@@ -6,10 +6,10 @@ import dataclasses
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
@@ -18,10 +18,12 @@ from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.k8s_manifest import K8sPlacement, K8sSettings
 from budgeteer.backends.kubernetes import KubernetesBackend, api_client_factory
-from budgeteer.backends.market import replay_market
+from budgeteer.backends.market import CatalogPrices, replay_market
 from budgeteer.backends.ray import RayBackend
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.catalog import Catalog, load_catalog
+from budgeteer.catalog.live import FeedSettings, PriceRefresher, StorePrices, fetch_quotes
+from budgeteer.catalog.quotes import Quote
 from budgeteer.clock import SystemClock
 from budgeteer.config import (
     Ec2Config,
@@ -33,6 +35,7 @@ from budgeteer.config import (
     SlurmConfig,
 )
 from budgeteer.domain.budget import Budget
+from budgeteer.domain.offering import Offering
 from budgeteer.errors import SpecError
 from budgeteer.scheduler import Scheduler
 from budgeteer.service.hardening import protected
@@ -53,6 +56,7 @@ class Service:
     clock: SystemClock
     budgets: tuple[Budget, ...]
     root: Path
+    _store_prices: StorePrices | None = None
 
     def workdir(self) -> Path:
         """The backend's work folder (checkpoints, logs, the clock anchor, the secret key)."""
@@ -128,6 +132,8 @@ class Service:
                 run_as=self.job_user(),
                 pass_env=tuple(backend_cfg.pass_env),
             )
+        if isinstance(backend, CatalogPrices) and self.config.prices is not None:
+            backend.live_prices = self.store_prices()
         return Scheduler(
             self.store,
             backend,
@@ -248,6 +254,38 @@ class Service:
             pass_env=tuple(cfg.pass_env),
         )
         return backend, catalog
+
+    def store_prices(self) -> StorePrices:
+        """The live prices kept in the store (one reader per service)."""
+        assert self.config.prices is not None
+        if self._store_prices is None:
+            max_age = timedelta(seconds=self.config.prices.max_age_seconds)
+            self._store_prices = StorePrices(self.store, self.clock, max_age)
+        return self._store_prices
+
+    def refresher(self, offerings: Sequence[Offering]) -> PriceRefresher | None:
+        """The live price refresher over ``offerings`` (``None`` without a ``prices`` config)."""
+        cfg = self.config.prices
+        if cfg is None:
+            return None
+        feeds = FeedSettings(
+            cfg.azure_url, cfg.gcp_url, os.environ.get(cfg.gcp_api_key_env), cfg.aws_endpoint
+        )
+        if "gcp" in cfg.providers and not feeds.gcp_key:
+            raise SpecError("prices.gcp_api_key_env", f"{cfg.gcp_api_key_env} is not set")
+        providers, regions = tuple(cfg.providers), cfg.regions
+
+        def fetch(now: datetime) -> list[Quote]:
+            return fetch_quotes(offerings, providers, regions, feeds, now)[0]
+
+        return PriceRefresher(
+            self.store,
+            offerings,
+            fetch,
+            self.clock,
+            cfg.refresh_seconds,
+            on_refresh=self.store_prices().refreshed,
+        )
 
     def namespace(self) -> str:
         """This deployment's name on shared engines and accounts (a hash of its store)."""

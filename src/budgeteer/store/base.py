@@ -86,6 +86,25 @@ def check_distinct(moves: Sequence[Move]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class PricePoint:
+    """A price an offering had from ``at`` on (a live feed's reading: ``budgeteer catalog
+    refresh`` or the service's refresher), per instance-hour, exact, with its source."""
+
+    offering_id: str
+    at: datetime
+    usd_per_hour: Decimal
+    source: str
+
+
+def in_force_since(points: Sequence[PricePoint], since: datetime | None) -> list[PricePoint]:
+    """Of one offering's points (by time), those from ``since`` on and the one in force at it."""
+    if since is None:
+        return list(points)
+    before = [p for p in points if p.at <= since]
+    return before[-1:] + [p for p in points if p.at > since]
+
+
+@dataclass(frozen=True, slots=True)
 class OfferingBackoff:
     """An offering that refused launches for capacity, as the launcher keeps it (in the store,
     so that a restarted scheduler — or an API replica — knows a drought): no launch of
@@ -338,6 +357,18 @@ class Store(Protocol):
 
     def markets(self) -> list[MarketHistory]:
         """Every offering's market history, by offering id."""
+        ...
+
+    def add_prices(self, points: Sequence[PricePoint]) -> int:
+        """Append live prices (one transaction); a point already kept (same offering and
+        time) is skipped. Returns how many were added."""
+        ...
+
+    def price_points(
+        self, offering_id: str | None = None, since: datetime | None = None
+    ) -> list[PricePoint]:
+        """Kept prices, by offering then time: of one offering or all, from ``since`` on
+        (and the one in force at ``since``)."""
         ...
 
     def put_speed(self, speed: Speed) -> None:

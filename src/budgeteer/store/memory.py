@@ -25,6 +25,7 @@ from budgeteer.store.base import (
     Move,
     NotFound,
     OfferingBackoff,
+    PricePoint,
     ProgressReport,
     Submission,
     SubmitRequest,
@@ -32,6 +33,7 @@ from budgeteer.store.base import (
     WebhookDelivery,
     WebSession,
     check_distinct,
+    in_force_since,
 )
 
 
@@ -53,6 +55,7 @@ class MemoryStore:
         self._backoffs: dict[str, OfferingBackoff] = {}
         self._markets: dict[str, MarketHistory] = {}
         self._speeds: dict[tuple[str, str], Speed] = {}
+        self._prices: dict[str, dict[datetime, PricePoint]] = {}
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -334,6 +337,29 @@ class MemoryStore:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             return [self._markets[k] for k in sorted(self._markets)]
+
+    def add_prices(self, points: Sequence[PricePoint]) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        added = 0
+        with self._lock:
+            for p in points:
+                kept = self._prices.setdefault(p.offering_id, {})
+                if p.at not in kept:
+                    kept[p.at] = p
+                    added += 1
+        return added
+
+    def price_points(
+        self, offering_id: str | None = None, since: datetime | None = None
+    ) -> list[PricePoint]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            ids = sorted(self._prices) if offering_id is None else [offering_id]
+            out: list[PricePoint] = []
+            for oid in ids:
+                points = [self._prices.get(oid, {})[t] for t in sorted(self._prices.get(oid, {}))]
+                out += in_force_since(points, since)
+            return out
 
     def put_speed(self, speed: Speed) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

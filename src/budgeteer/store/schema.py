@@ -189,6 +189,15 @@ market_histories = sa.Table(
     sa.Column("periods", sa.Text, nullable=False),  # JSON: [[up, hours, complete], ...]
 )
 
+price_points = sa.Table(
+    "price_points",
+    metadata,
+    sa.Column("offering_id", sa.String(255), primary_key=True),
+    sa.Column("at", UtcDateTime, primary_key=True),
+    sa.Column("usd_per_hour", sa.Numeric(18, 8), nullable=False),
+    sa.Column("source", sa.String(255), nullable=False),
+)
+
 job_speeds = sa.Table(
     "job_speeds",
     metadata,

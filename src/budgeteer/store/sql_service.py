@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,10 +25,12 @@ from budgeteer.store.base import (
     JobFilter,
     NotFound,
     OfferingBackoff,
+    PricePoint,
     ProgressReport,
     UnknownJob,
     WebhookDelivery,
     WebSession,
+    in_force_since,
 )
 from budgeteer.store.codec import job_from_dict
 from budgeteer.store.sql_support import token_row, webhook_row
@@ -189,6 +192,43 @@ class ServiceTables:
             )
             for r in rows
         ]
+
+    def add_prices(self, points: Sequence[PricePoint]) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        p = t.price_points
+        added = 0
+        with self._tx() as conn:
+            for point in points:
+                key = (p.c.offering_id == point.offering_id) & (p.c.at == point.at)
+                if conn.execute(sa.select(p.c.at).where(key)).first() is not None:
+                    continue
+                conn.execute(
+                    p.insert().values(
+                        offering_id=point.offering_id,
+                        at=point.at,
+                        usd_per_hour=point.usd_per_hour,
+                        source=point.source[:255],
+                    )
+                )
+                added += 1
+        return added
+
+    def price_points(
+        self, offering_id: str | None = None, since: datetime | None = None
+    ) -> list[PricePoint]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        p = t.price_points
+        query = sa.select(p).order_by(p.c.offering_id, p.c.at)
+        if offering_id is not None:
+            query = query.where(p.c.offering_id == offering_id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        by: dict[str, list[PricePoint]] = {}
+        for r in rows:
+            by.setdefault(r.offering_id, []).append(
+                PricePoint(r.offering_id, r.at, Decimal(r.usd_per_hour), r.source)
+            )
+        return [q for points in by.values() for q in in_force_since(points, since)]
 
     def put_speed(self, speed: Speed) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
