@@ -155,3 +155,100 @@ def test_a_job_on_the_pool_is_revoked_at_closing_time_and_still_finishes(tmp_pat
     )
     entries = len(store.ledger("nightly"))  # each rounded half-even to the ledger's 1e-8 USD
     assert abs(float(billed) - 9.5 * hours) <= entries * 0.5e-8 + 1e-9
+
+
+# -- pools in the service (config `onprem:`, the sandbox) -----------------------------------------
+RACK = {
+    "name": "rack-ny",
+    "accelerator": "A100",
+    "gpus_per_node": 8,
+    "nodes": 2,
+    "usd_per_node_hour": 9.5,
+    "timezone": "America/New_York",
+    "closed": [{"days": ["mon", "tue", "wed", "thu", "fri"], "from": "08:00", "to": "19:00"}],
+}
+
+
+def _service_config(tmp_path: Path, pools: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "budgeteer.yaml"
+    path.write_text(yaml.safe_dump({"store": "sqlite:///state.db", "onprem": pools}))
+    return path
+
+
+def test_a_pool_in_the_service_config_is_planned_and_its_calendar_enforced(tmp_path: Path) -> None:
+    from budgeteer.backends import SandboxBackend  # noqa: PLC0415
+    from budgeteer.backends.base import CapacityUnavailable, LaunchRequest, RunState  # noqa: PLC0415
+    from budgeteer.clock import ManualClock  # noqa: PLC0415
+    from budgeteer.config import load_config  # noqa: PLC0415
+    from budgeteer.service.wiring import build as build_service  # noqa: PLC0415
+
+    cfg, root = load_config(_service_config(tmp_path, [RACK]))
+    svc = build_service(cfg, root)
+    pool = next(o for o in svc.catalog.offerings if o.provider == "onprem")
+    assert pool.id == "onprem/rack-ny/*/8xA100/on_prem"
+    assert (pool.market, pool.max_instances, pool.usd_per_hour) == (Market.ON_PREM, 2, 9.5)
+    assert pool.interruption_per_hour > 0  # its closings, priced in
+    sched = svc.scheduler()
+    assert pool.id in {o.id for o in sched.catalog.offerings}
+    # the sandbox on the service's market: closed on a weekday at noon New York time
+    noon = datetime(2026, 12, 2, 17, tzinfo=UTC)  # Wednesday 12:00 EST
+    clock = ManualClock(noon)
+    sandbox = SandboxBackend(clock, svc._market(), tmp_path / "work", grace_seconds=5)
+    request = LaunchRequest(
+        "train", 1, pool, ("python3", "-c", "import time; time.sleep(600)"), tmp_path / "ck"
+    )
+    with pytest.raises(CapacityUnavailable, match="the pool is closed") as err:
+        sandbox.launch(request)
+    assert err.value.retry_at == datetime(2026, 12, 3, 0, 0, tzinfo=UTC)  # 19:00 EST: it opens
+    clock.advance(8 * 3600)  # 20:00 EST: open
+    handle = sandbox.launch(request)
+    clock.advance(120)
+    sandbox.poll()
+    clock.advance(12 * 3600)  # 08:00 EST next day: closed — what runs is revoked
+    sandbox.poll()
+    clock.advance(10)
+    sandbox.poll()
+    status = sandbox.status(handle)
+    for _ in range(50):
+        if status.state.is_final:
+            break
+        clock.advance(1)
+        sandbox.poll()
+        status = sandbox.status(handle)
+    assert status.state is RunState.PREEMPTED
+    assert "the pool closed" in status.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"accelerator": "Z9000"}, "onprem[0].accelerator"),
+        ({"timezone": "Mars/Olympus"}, "onprem[0].timezone"),
+        ({"nodes": 0}, "onprem[0].nodes"),
+        (
+            {
+                "closed": [
+                    {
+                        "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                        "from": "00:00",
+                        "to": "00:00",
+                    }
+                ]
+            },
+            "onprem[0].closed",
+        ),
+    ],
+)
+def test_bad_pools_in_the_service_config_are_refused_by_field(
+    tmp_path: Path, change: dict[str, Any], field: str
+) -> None:
+    from budgeteer.config import load_config  # noqa: PLC0415
+    from budgeteer.errors import SpecError  # noqa: PLC0415
+    from budgeteer.service.wiring import build as build_service  # noqa: PLC0415
+
+    path = _service_config(tmp_path, [{**RACK, **change}])
+    with pytest.raises((SpecErrors, SpecError)) as err:
+        build_service(*load_config(path))
+    found = err.value
+    fields = {e.field for e in found.errors} if isinstance(found, SpecErrors) else {found.field}
+    assert field in fields

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from budgeteer.catalog.onprem import OnPremSpec
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
@@ -304,6 +305,9 @@ class ServiceConfig(_Strict):
     api: ApiConfig = Field(default_factory=ApiConfig)
     #: live prices from the clouds (engines' backends; the sandbox keeps its market's)
     prices: LivePricesConfig | None = None
+    #: on-prem GPU pools lent to retraining outside their closed hours (amortised price, a
+    #: calendar): offerings beside the catalog's (``budgeteer.catalog.onprem``)
+    onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:

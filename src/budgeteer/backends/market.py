@@ -186,6 +186,26 @@ class RateMarket:
         return _one_segment(offering, start, end)
 
 
+#: Markets whose capacity the market can take back (on-prem: a pool lent out on a calendar).
+REVOCABLE = frozenset({Market.SPOT, Market.ON_PREM})
+#: How finely :func:`next_available` probes a market (seconds).
+PROBE_SECONDS = 60.0
+
+
+def next_available(
+    market: SandboxMarket, offering: Offering, start: datetime, within_days: float = 7.0
+) -> datetime | None:
+    """When ``market`` has room for ``offering`` again after ``start`` (a pool's opening),
+    probing each :data:`PROBE_SECONDS`; ``None`` when not within ``within_days``."""
+    step = timedelta(seconds=PROBE_SECONDS)
+    t = start + step
+    while t <= start + timedelta(days=within_days):
+        if market.available(offering, t):
+            return t
+        t += step
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Closed:
     """A weekly window in which a pool is not lent out: on ``days`` (0 = Monday) from

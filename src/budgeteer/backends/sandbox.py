@@ -48,7 +48,7 @@ from budgeteer.backends.jobuser import (
     job_environment,
     prepare_private_folder,
 )
-from budgeteer.backends.market import MarketPrices, SandboxMarket
+from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
 from budgeteer.clock import Clock
 from budgeteer.domain.offering import Market
 
@@ -116,6 +116,11 @@ class SandboxBackend(MarketPrices):
                 )
             now = self.clock.now()
             if not self.market.available(offering, now):
+                if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
+                    raise CapacityUnavailable(
+                        f"{offering.id}: the pool is closed at {now:%Y-%m-%d %H:%M}",
+                        next_available(self.market, offering, now),
+                    )
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
             hid = f"{request.job_id}.{request.attempt}"
             handle = Handle.of(self.name, hid, request, _ids(request), now)
@@ -217,20 +222,21 @@ class SandboxBackend(MarketPrices):
 
     def _step(self, a: _Attempt, now: datetime) -> None:
         offering = a.request.offering
-        spot = offering.market is Market.SPOT
+        spot = offering.market in REVOCABLE  # spot, or a pool lent out on a calendar
+        lost = "the pool closed" if offering.market is Market.ON_PREM else "spot capacity"
         if a.pid is None:
             if a.notice_at is not None:  # stopped before it started
                 a.final = Status(RunState.STOPPED, None, a.notice_reason, None, now)
             elif spot and not self.market.available(offering, now):
                 a.preempted = True
                 a.final = Status(
-                    RunState.PREEMPTED, None, "spot capacity lost while provisioning", None, now
+                    RunState.PREEMPTED, None, f"{lost} lost while provisioning", None, now
                 )
             elif now >= a.ready_at:
                 self._start(a, now)
             return
         if a.notice_at is None and spot and not self.market.available(offering, now):
-            self._notify(a, "spot capacity revoked", preempted=True)
+            self._notify(a, f"{lost} revoked", preempted=True)
         code = _exit_code(a)
         if code is None:
             if a.notice_at is not None and now >= a.notice_at + timedelta(

@@ -18,11 +18,12 @@ from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
 from budgeteer.backends.jobuser import JobUser, resolve_job_user
 from budgeteer.backends.k8s_manifest import K8sPlacement, K8sSettings
 from budgeteer.backends.kubernetes import KubernetesBackend, api_client_factory
-from budgeteer.backends.market import CatalogPrices, replay_market
+from budgeteer.backends.market import CatalogPrices, ZonedMarket, replay_market
 from budgeteer.backends.ray import RayBackend
 from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.catalog.live import FeedSettings, PriceRefresher, StorePrices, fetch_quotes
+from budgeteer.catalog.onprem import pool_calendar, pool_id, pool_offering
 from budgeteer.catalog.quotes import Quote
 from budgeteer.clock import SystemClock
 from budgeteer.config import (
@@ -296,6 +297,14 @@ class Service:
         return p if p.is_absolute() else self.root / p
 
     def _market(self) -> SandboxMarket:
+        """The sandbox's market: the configured spot market, and each on-prem pool's
+        calendar for its offering."""
+        spot = self._spot_market()
+        if not self.config.onprem:
+            return spot
+        return ZonedMarket([(pool_id(p), pool_calendar(p)) for p in self.config.onprem], spot)
+
+    def _spot_market(self) -> SandboxMarket:
         market = self.config.backend.market  # type: ignore[union-attr]
         origin = self.clock.now()
         if isinstance(market, RateMarketConfig):
@@ -325,6 +334,12 @@ def build(config: ServiceConfig, root: Path) -> Service:
     if config.budgets is not None:
         path = config.budgets if config.budgets.is_absolute() else root / config.budgets
         budgets = tuple(load_budgets_file(path)[0])
+    if config.onprem:
+        pools = tuple(
+            pool_offering(catalog.throughput, p, f"onprem[{i}]")
+            for i, p in enumerate(config.onprem)
+        )
+        catalog = dataclasses.replace(catalog, offerings=catalog.offerings + pools)
     return Service(config, SqlStore(url), catalog, _clock(config, root), budgets, root)
 
 

@@ -31,7 +31,13 @@ from budgeteer.backends.base import (
     RunState,
     Status,
 )
-from budgeteer.backends.market import MarketPrices, SandboxMarket
+from budgeteer.backends.market import (
+    PROBE_SECONDS,
+    REVOCABLE,
+    MarketPrices,
+    SandboxMarket,
+    next_available,
+)
 from budgeteer.core.policy import Policy
 from budgeteer.core.speed import modelled_fraction_per_hour
 from budgeteer.domain.job import Job
@@ -41,10 +47,6 @@ from budgeteer.store.base import Store
 
 #: Seconds a job takes to write its checkpoint and exit after the notice.
 CHECKPOINT_SECONDS = 30.0
-#: Granularity (seconds) at which spot availability is probed ahead of a running attempt.
-PROBE_SECONDS = 60.0
-#: Markets whose capacity the market can take back (on-prem: a pool lent out on a calendar).
-REVOCABLE = frozenset({Market.SPOT, Market.ON_PREM})
 TOTAL_STEPS = 1000  # progress reports count the job's work in thousandths
 
 
@@ -113,7 +115,7 @@ class SimBackend(MarketPrices):
             raise CapacityUnavailable(f"{offering.id}: {in_use} of {limit} instances are in use")
         if not self.market.available(offering, now):
             if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
-                opens = self._next_open(offering, now)
+                opens = next_available(self.market, offering, now)
                 raise CapacityUnavailable(
                     f"{offering.id}: the pool is closed at {now:%Y-%m-%d %H:%M}", opens
                 )
@@ -218,17 +220,6 @@ class SimBackend(MarketPrices):
         )
         run.events = tuple(events)
         self.on_change()
-
-    def _next_open(self, offering: Offering, start: datetime) -> datetime | None:
-        """When the market has room for ``offering`` again (within a week), probing each
-        :data:`PROBE_SECONDS`."""
-        step = timedelta(seconds=PROBE_SECONDS)
-        t = start + step
-        while t <= start + timedelta(days=7):
-            if self.market.available(offering, t):
-                return t
-            t += step
-        return None
 
     def _next_revocation(
         self, offering: Offering, start: datetime, until: datetime

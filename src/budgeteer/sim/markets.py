@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from datetime import time
 from pathlib import Path
 
 from budgeteer.backends.market import (
-    CalendarMarket,
-    Closed,
     SandboxMarket,
     TraceMarket,
     ZonedMarket,
     replay_market,
 )
 from budgeteer.catalog import Catalog, load_catalog
-from budgeteer.domain.offering import Market, Offering, Price
+from budgeteer.catalog.onprem import pool_calendar, pool_id, pool_offering
+from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError
-from budgeteer.sim.schema import WEEKDAYS, OnPremSpec, PriceSpec, Scenario
+from budgeteer.sim.schema import PriceSpec, Scenario
 from budgeteer.sim.workload import in_family
-from budgeteer.spec.job import resolve_accelerator
 from budgeteer.traces import load_price_series, load_trace
 
 
@@ -38,55 +35,10 @@ def scenario_catalog(scenario: Scenario) -> Catalog:
     )
     if not offerings:
         raise SpecError("catalog", "no offering of the bundled catalog matches these filters")
-    pools = tuple(_pool_offering(full, p, i) for i, p in enumerate(scenario.onprem))
+    pools = tuple(
+        pool_offering(full.throughput, p, f"onprem[{i}]") for i, p in enumerate(scenario.onprem)
+    )
     return dataclasses.replace(full, offerings=offerings + pools)
-
-
-def _calendar(pool: OnPremSpec) -> CalendarMarket:
-    return CalendarMarket(
-        [
-            Closed(
-                frozenset(WEEKDAYS.index(d) for d in c.days),
-                time.fromisoformat(c.from_),
-                time.fromisoformat(c.to),
-            )
-            for c in pool.closed
-        ],
-        pool.timezone,
-    )
-
-
-def _pool_offering(full: Catalog, pool: OnPremSpec, i: int) -> Offering:
-    """The pool as an offering: on-prem, its nodes the capacity, and the revocations at
-    closing time as an interruption rate (closings per open hour) the planner prices in."""
-    known = sorted(full.throughput)
-    accelerator = resolve_accelerator(pool.accelerator, known)
-    if accelerator is None:
-        raise SpecError(
-            f"onprem[{i}].accelerator",
-            f"unknown accelerator {pool.accelerator!r}; known: {', '.join(known)}",
-        )
-    calendar = _calendar(pool)
-    open_hours = calendar.open_share() * 168
-    if open_hours <= 0:
-        raise SpecError(f"onprem[{i}].closed", "the pool is never open")
-    return Offering(
-        id=f"onprem/{pool.name}/*/{pool.gpus_per_node}x{accelerator}/on_prem",
-        provider="onprem",
-        region=pool.name,
-        zones=(),
-        instance_type=f"{pool.gpus_per_node}x{accelerator}",
-        accelerator=accelerator,
-        accelerators_per_instance=pool.gpus_per_node,
-        vcpus=None,
-        memory_gib=None,
-        gpu_memory_gib=pool.gpu_memory_gib,
-        market=Market.ON_PREM,
-        price=Price(pool.usd_per_node_hour, f"onprem:{pool.name}"),
-        interruption_per_hour=calendar.closings_per_week() / open_hours,
-        startup_seconds=pool.startup_seconds,
-        max_instances=pool.nodes,
-    )
 
 
 def scenario_market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
@@ -97,7 +49,7 @@ def scenario_market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
     if not m.zones and not scenario.onprem:
         return default
     routes: list[tuple[str, SandboxMarket]] = [
-        (f"onprem/{pool.name}/*", _calendar(pool)) for pool in scenario.onprem
+        (pool_id(pool), pool_calendar(pool)) for pool in scenario.onprem
     ]
     for i, zone in enumerate(m.zones):
         where = f"market.zones[{i}]"

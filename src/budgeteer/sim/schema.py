@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     field_validator,
 )
 
+from budgeteer.catalog.onprem import OnPremSpec
 from budgeteer.sim.cron import CronError, parse_cron
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.errors import spec_errors
@@ -87,46 +86,6 @@ class MarketSpec(_Strict):
     offset_hours: Annotated[float, Field(ge=0)] = 0.0
     droughts: list[Drought] = Field(default_factory=list)
     zones: list[ZoneSpec] = Field(default_factory=list, max_length=256)
-
-
-Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-Clock = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
-
-
-class ClosedSpec(_Strict):
-    """When the pool is not lent out: on ``days`` from ``from`` to ``to`` (``HH:MM`` local;
-    ``to`` at or before ``from`` runs past midnight)."""
-
-    days: Annotated[list[Weekday], Field(min_length=1)]
-    from_: Clock = Field(alias="from")
-    to: Clock
-
-
-class OnPremSpec(_Strict):
-    """An on-prem GPU pool lent to retraining outside its ``closed`` hours: ``nodes``
-    instances of ``gpus_per_node`` × ``accelerator``, billed at ``usd_per_node_hour`` (an
-    amortised cost: hardware, power, operations). What runs there is revoked at closing time,
-    with the same notice as spot."""
-
-    name: Name
-    accelerator: str
-    gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 8
-    gpu_memory_gib: Positive = 40.0
-    nodes: Annotated[int, Field(ge=1, le=10_000)]
-    usd_per_node_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    timezone: str = "UTC"
-    closed: list[ClosedSpec] = Field(default_factory=list)
-    startup_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
-
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}") from None
-        return value
 
 
 class TeamSpec(_Strict):
