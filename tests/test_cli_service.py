@@ -107,8 +107,8 @@ def test_store_commands_without_a_config_say_so_instead_of_making_a_store(tmp_pa
     ("config", "message"),
     [
         (
-            "backend: {kind: kubernetes}",
-            "backend.kind: unknown backend 'kubernetes'; available: sandbox, slurm, ray",
+            "backend: {kind: nomad}",
+            "backend.kind: unknown backend 'nomad'; available: sandbox, slurm, ray, ec2, kubernetes",
         ),
         ("interval_seconds: -1", "interval_seconds: Input should be greater than 0"),
         ("stroe: sqlite:///x.db", "stroe: unknown field"),

@@ -4,6 +4,7 @@ what it cannot)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -12,10 +13,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -33,11 +36,16 @@ from budgeteer.backends.ec2 import (
     attempt_key,
     render_user_data,
 )
+from budgeteer.backends.ec2_launch import max_price
+from budgeteer.catalog.live import StorePrices
 from budgeteer.clock import SystemClock
 from budgeteer.config import load_config
+from budgeteer.core.spot.bids import bid_for
 from budgeteer.domain.offering import Market
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.service.wiring import build
+from budgeteer.store import MemoryStore, PricePoint
 from builders import make_offering
 from ec2_world import CREDENTIALS, Instances, World, open_world, refuse_run_instances, session
 from engines import settle, until
@@ -493,3 +501,48 @@ def test_the_example_ec2_config_plans_on_aws_in_its_region(tmp_path: Path) -> No
     zonal = {o.zones[0] for o in sched.catalog.offerings if len(o.zones) == 1}
     assert zonal == {"use1-az1", "use1-az2", "use1-az4"}
     assert "aws/us-east-1/use1-az6/p3.2xlarge/spot" not in ids
+
+
+def test_spot_bids_come_from_the_live_spot_prices_by_tier() -> None:
+    recent = [Decimal(x) for x in ("0.90", "0.95", "1.00", "1.05", "1.10", "0.92", "0.97")]
+    ceiling = Decimal("3.06")
+    expected = bid_for(Tier.P1, np.array([float(p) for p in recent]), np.ones(7, bool), 1.0, 3.06)
+    assert max_price(SETTINGS, Tier.P1, ceiling, recent) == f"{expected.max_usd_per_hour:.6f}"
+    p0, p3 = (
+        max_price(SETTINGS, Tier.P0, ceiling, recent),
+        max_price(SETTINGS, Tier.P3, ceiling, recent),
+    )
+    assert p0 is not None
+    assert p3 is not None
+    assert Decimal(p0) > Decimal(p3)  # critical work bids higher to keep its instance
+    assert (
+        max_price(SETTINGS, Tier.P0, Decimal("1.0"), recent) == "1.000000"
+    )  # never above on-demand
+    assert max_price(SETTINGS, Tier.P1, ceiling, recent[:2]) is None  # too little history
+    half = replace(SETTINGS, spot_max_price_fraction=0.5)
+    assert max_price(half, Tier.P1, ceiling, recent[:2]) == "1.530000"
+
+
+def test_a_spot_launch_sends_the_jobs_bid(world: World) -> None:
+    store = MemoryStore()
+    now = datetime.now(UTC)
+    store.add_prices(
+        [
+            PricePoint(SPOT.id, now - timedelta(hours=h), Decimal(p), "aws-spot-history:use1-az2")
+            for h, p in ((30, "0.91"), (20, "0.95"), (10, "1.02"), (1, "0.97"))
+        ]
+    )
+    backend = world.restarted()
+    backend.live_prices = StorePrices(store, SystemClock(), timedelta(hours=6), reread_seconds=0)
+    sent: list[dict[str, Any]] = []
+    backend.client("ec2").meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **_: sent.append(params)
+    )
+    request = dataclasses.replace(_request("pass", SPOT, job="bidder"), tier=Tier.P2)
+    handle = backend.launch(request)
+    prices = np.array([0.91, 0.95, 1.02, 0.97])
+    bid = bid_for(Tier.P2, prices, np.ones(4, bool), 1.0, 3.06)
+    assert (
+        sent[0]["InstanceMarketOptions"]["SpotOptions"]["MaxPrice"] == f"{bid.max_usd_per_hour:.6f}"
+    )
+    assert settle(backend, handle, 60).state is RunState.SUCCEEDED

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from budgeteer.backends.jobuser import JobUser, prepare_private_folder
 from budgeteer.domain.offering import Offering
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
 
 
@@ -67,6 +68,8 @@ class LaunchRequest:
     instances: int = 1
     workers: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
+    #: the job's tier (a backend that bids for spot bids by it)
+    tier: Tier | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,12 +39,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shlex
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from budgeteer.backends.base import (
@@ -58,153 +56,37 @@ from budgeteer.backends.base import (
     check_request,
     job_variables,
 )
+from budgeteer.backends.ec2_launch import (
+    BID_HISTORY_DAYS,
+    CAPACITY_CODES,
+    QUEUE_POLL_SECONDS,
+    SPOT_TERMINATION,
+    TRANSIENT_CODES,
+    Ec2Settings,
+    Ec2Unavailable,
+    as_utc,
+    attempt_key,
+    client_error,
+    max_price,
+    parse_time,
+    render_user_data,
+    state_reason,
+    warned_instance,
+)
+
+__all__ = [
+    "Ec2Backend",
+    "Ec2Settings",
+    "Ec2Unavailable",
+    "attempt_key",
+    "render_user_data",
+]
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.clock import Clock
 from budgeteer.domain.offering import Market, Offering
-from budgeteer.errors import BudgeteerError
+from budgeteer.domain.tier import Tier
 
 log = logging.getLogger(__name__)
-
-#: AWS error codes that mean "no room now" (try later or elsewhere).
-CAPACITY_CODES = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "InsufficientHostCapacity",
-        "InsufficientReservedInstanceCapacity",
-        "SpotMaxPriceTooLow",
-        "MaxSpotInstanceCountExceeded",
-        "InstanceLimitExceeded",
-        "VcpuLimitExceeded",
-        "InsufficientFreeAddressesInSubnet",
-    }
-)
-#: AWS error codes that mean "AWS is busy" (try again).
-TRANSIENT_CODES = frozenset(
-    {
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingException",
-        "ServiceUnavailable",
-        "Unavailable",
-        "InternalError",
-        "InternalFailure",
-    }
-)
-#: The detail-type of AWS's two-minute warning (EventBridge → SQS).
-INTERRUPTION_WARNING = "EC2 Spot Instance Interruption Warning"
-#: The state reason of an instance AWS took back.
-SPOT_TERMINATION = "Server.SpotInstanceTermination"
-#: User data is at most 16 KB (before base64).
-MAX_USER_DATA = 16 * 1024
-#: Seconds between two reads of the interruption queue.
-QUEUE_POLL_SECONDS = 1.0
-
-
-class Ec2Unavailable(BudgeteerError):
-    """EC2, S3 or SQS did not answer or throttled (transient)."""
-
-    transient = True
-
-
-@dataclass(frozen=True, slots=True)
-class Ec2Settings:
-    """Where and how attempts launch (the ``ec2`` backend's configuration, see the module
-    docstring); ``bucket``/``prefix``: where checkpoints, exits and stops live in S3."""
-
-    region: str
-    bucket: str
-    images: Mapping[str, str]
-    prefix: str = "budgeteer"
-    subnets: Mapping[str, str] = field(default_factory=dict)
-    security_groups: tuple[str, ...] = ()
-    instance_profile: str | None = None
-    key_name: str | None = None
-    interruption_queue_url: str | None = None
-    python: str = "python3"
-    instance_workdir: str = "/var/lib/budgeteer"
-    grace_seconds: float = 110.0
-    poll_seconds: float = 5.0
-    sync_seconds: float = 60.0
-    shutdown: bool = True
-    spot_max_price_fraction: float | None = None
-    limits: Mapping[str, int] = field(default_factory=dict)
-    endpoint_url: str | None = None
-
-    def image(self, offering: Offering) -> str | None:
-        """The AMI for ``offering``'s accelerator (or the default)."""
-        return self.images.get(offering.accelerator) or self.images.get("*")
-
-    def subnets_for(self, offering: Offering) -> list[str | None]:
-        """The subnets to try for ``offering``, in order: those configured for its zones, then
-        ``"*"``; a zonal offering (one zone) only its zone's. ``[None]``: the default VPC."""
-        own = list(dict.fromkeys(self.subnets[z] for z in offering.zones if z in self.subnets))
-        if len(offering.zones) == 1:
-            return list(own)
-        if "*" in self.subnets and self.subnets["*"] not in own:
-            own.append(self.subnets["*"])
-        return list(own) or [None]
-
-    def serves(self, offering: Offering) -> bool:
-        """Whether attempts on ``offering`` can launch here: AWS, this region, an AMI, and a
-        subnet when the offering is zonal."""
-        return (
-            offering.provider == "aws"
-            and offering.region == self.region
-            and self.image(offering) is not None
-            and bool(self.subnets_for(offering))
-        )
-
-
-def attempt_key(request: LaunchRequest | Handle, namespace: str) -> str:
-    """``bgt-<deployment>-<job>-<attempt>``: tags, client token and S3 paths."""
-    return f"bgt-{namespace}-{request.job_id}-{request.attempt}"
-
-
-def render_user_data(
-    settings: Ec2Settings, request: LaunchRequest, namespace: str, env: Mapping[str, str]
-) -> str:
-    """The instance's bootstrap: a bash script exporting ``env`` (the job's variables) and
-    running the agent with the command. Raises :class:`LaunchFailed` beyond 16 KB."""
-    key = attempt_key(request, namespace)
-    root = f"{settings.prefix.strip('/')}/{namespace}"
-    agent = [
-        settings.python,
-        "-m",
-        "budgeteer.backends.ec2_agent",
-        "--bucket",
-        settings.bucket,
-        "--attempt-prefix",
-        f"{root}/attempts/{key}",
-        "--checkpoint-prefix",
-        f"{root}/checkpoints/{request.job_id}",
-        "--workdir",
-        settings.instance_workdir,
-        "--nodes",
-        str(request.instances),
-        "--grace",
-        f"{settings.grace_seconds:g}",
-        "--poll",
-        f"{settings.poll_seconds:g}",
-        "--sync",
-        f"{settings.sync_seconds:g}",
-    ]
-    if settings.shutdown:
-        agent.append("--shutdown")
-    lines = [
-        "#!/bin/bash",
-        f"# budgeteer: job {request.job_id}, attempt {request.attempt} ({key})",
-        "set -eu",
-        *(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())),
-        f"export AWS_DEFAULT_REGION={shlex.quote(settings.region)}",
-        "exec " + shlex.join([*agent, "--", *request.command]),
-    ]
-    script = "\n".join(lines) + "\n"
-    if len(script.encode()) > MAX_USER_DATA:
-        raise LaunchFailed(
-            f"user data is {len(script.encode())} bytes; EC2 takes at most {MAX_USER_DATA} "
-            "(a shorter command or fewer pass_env variables)"
-        )
-    return script
 
 
 @dataclass
@@ -215,14 +97,6 @@ class _Attempt:
     stop_at: datetime | None = None
     interrupted: bool = False
     final: Status | None = None
-
-
-def _client_error(exc: Exception) -> tuple[str, str] | None:
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return None
-    err = response.get("Error") or {}
-    return str(err.get("Code", "")), str(err.get("Message", ""))
 
 
 class Ec2Backend(CatalogPrices):
@@ -271,7 +145,7 @@ class Ec2Backend(CatalogPrices):
         try:
             return getattr(self.client(service), op)(**kwargs)
         except Exception as exc:
-            code = _client_error(exc)
+            code = client_error(exc)
             if code is not None and code[0] in TRANSIENT_CODES:
                 raise Ec2Unavailable(f"{service} {op}: {code[0]}: {code[1]}") from None
             if code is None and type(exc).__name__ in {
@@ -331,7 +205,7 @@ class Ec2Backend(CatalogPrices):
                 "SpotInstanceType": "one-time",
                 "InstanceInterruptionBehavior": "terminate",
             }
-            max_price = self._max_price(offering)
+            max_price = self._max_price(offering, request.tier)
             if max_price is not None:
                 spot["MaxPrice"] = max_price
             kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
@@ -358,7 +232,7 @@ class Ec2Backend(CatalogPrices):
             except Ec2Unavailable:
                 raise
             except Exception as exc:
-                code = _client_error(exc)
+                code = client_error(exc)
                 if code is None:
                     raise
                 if code[0] not in CAPACITY_CODES:
@@ -372,7 +246,7 @@ class Ec2Backend(CatalogPrices):
         found = self._by_tags(request.job_id, request.attempt)
         if not found:
             return None
-        launched = min(_as_utc(i["LaunchTime"]) for i in found)
+        launched = min(as_utc(i["LaunchTime"]) for i in found)
         ids = tuple(sorted(str(i["InstanceId"]) for i in found))
         handle = Handle.of(self.name, key, request, ids, launched)
         attempt = _Attempt(handle, key)
@@ -395,7 +269,7 @@ class Ec2Backend(CatalogPrices):
         instances = self._describe(handle.instance_ids)
         if not attempt.interrupted and (
             any(i in self._interrupted for i in handle.instance_ids)
-            or any(_reason(x) == SPOT_TERMINATION for x in instances.values())
+            or any(state_reason(x) == SPOT_TERMINATION for x in instances.values())
         ):
             attempt.interrupted = True
             self._put_text(f"{self._attempt_prefix(attempt.key)}/interrupted", "1")
@@ -434,7 +308,7 @@ class Ec2Backend(CatalogPrices):
         started = handle.launched_at
         notice = attempt.stop_reason
         if len(exits) >= len(handle.instance_ids):
-            ended = max((_parse_time(e.get("ended_at")) or now) for e in exits.values())
+            ended = max((parse_time(e.get("ended_at")) or now) for e in exits.values())
             ended = min(max(ended, started), now)
             codes = [int(exits[r].get("code", 1)) for r in sorted(exits)]
             noticed = {e.get("notice") for e in exits.values()} - {None}
@@ -457,7 +331,9 @@ class Ec2Backend(CatalogPrices):
                 return Status(RunState.PREEMPTED, None, "spot interruption", started, now)
             if notice is not None:
                 return Status(RunState.STOPPED, None, notice, started, now)
-            why = ", ".join(f"{i}: {_reason(x) or 'terminated'}" for i, x in sorted(gone.items()))
+            why = ", ".join(
+                f"{i}: {state_reason(x) or 'terminated'}" for i, x in sorted(gone.items())
+            )
             if missing:
                 why = ", ".join(filter(None, [why, f"{', '.join(missing)}: unknown to EC2"]))
             return Status(RunState.FAILED, None, f"instance ended: {why}", started, now)
@@ -481,7 +357,7 @@ class Ec2Backend(CatalogPrices):
         except Ec2Unavailable:
             raise
         except Exception as exc:
-            code = _client_error(exc)
+            code = client_error(exc)
             if code is None or code[0] != "InvalidInstanceID.NotFound":
                 raise
             return out  # every one gone from EC2's memory
@@ -542,7 +418,7 @@ class Ec2Backend(CatalogPrices):
             if not messages:
                 return
             for message in messages:
-                instance = _warned_instance(message.get("Body", ""))
+                instance = warned_instance(message.get("Body", ""))
                 if instance is None:
                     log.warning("dropping a malformed interruption message: %.200s", message)
                 elif instance not in ours:
@@ -566,7 +442,7 @@ class Ec2Backend(CatalogPrices):
         except Ec2Unavailable:
             raise
         except Exception as exc:
-            code = _client_error(exc)
+            code = client_error(exc)
             if code is not None and code[0] in {"NoSuchKey", "404"}:
                 return None
             raise
@@ -580,7 +456,7 @@ class Ec2Backend(CatalogPrices):
         except Ec2Unavailable:
             raise
         except Exception as exc:
-            code = _client_error(exc)
+            code = client_error(exc)
             if code is None or code[0] != "InvalidInstanceID.NotFound":
                 raise
 
@@ -600,10 +476,8 @@ class Ec2Backend(CatalogPrices):
                 f"(backend.limits), {request.instances} asked for"
             )
 
-    def _max_price(self, offering: Offering) -> str | None:
-        fraction = self.settings.spot_max_price_fraction
-        if fraction is None:
-            return None
+    def _max_price(self, offering: Offering, tier: Tier | None) -> str | None:
+        """``MaxPrice`` of a spot launch (see :func:`~budgeteer.backends.ec2_launch.max_price`)."""
         on_demand = next(
             (
                 o
@@ -614,42 +488,8 @@ class Ec2Backend(CatalogPrices):
             ),
             None,
         )
-        if on_demand is None:
-            return None
-        price = Decimal(repr(on_demand.usd_per_hour)) * Decimal(repr(fraction))
-        return f"{price.quantize(Decimal('0.000001'))}"
-
-
-def _warned_instance(body: str) -> str | None:
-    """The instance of an ``EC2 Spot Instance Interruption Warning`` event; ``None`` for
-    anything else (a malformed body, another event)."""
-    try:
-        event = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        return None
-    if not isinstance(event, dict) or event.get("detail-type") != INTERRUPTION_WARNING:
-        return None
-    detail = event.get("detail")
-    instance = detail.get("instance-id") if isinstance(detail, dict) else None
-    return instance if isinstance(instance, str) and instance.startswith("i-") else None
-
-
-def _reason(instance: Mapping[str, Any]) -> str:
-    return str((instance.get("StateReason") or {}).get("Code", ""))
-
-
-def _as_utc(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    parsed = _parse_time(value)
-    return parsed or datetime.now(UTC)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        now = self.clock.now()
+        ceiling = None if on_demand is None else self.price(on_demand, now)[0]
+        since, live = now - timedelta(days=BID_HISTORY_DAYS), self.live_prices
+        recent = [p for _, p in live.recent(offering, since)] if live is not None else []
+        return max_price(self.settings, tier, ceiling, recent)

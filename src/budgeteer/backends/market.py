@@ -328,6 +328,10 @@ class LivePrices(Protocol):
 
     def segments(self, offering: Offering, start: datetime, end: datetime) -> list[Segment]: ...
 
+    def recent(self, offering: Offering, since: datetime) -> list[tuple[datetime, Decimal]]:
+        """The live prices kept since ``since`` (oldest first)."""
+        ...
+
 
 class CatalogPrices:
     """The pricing half of the ``ComputeBackend`` port for engines that bill at the catalog's

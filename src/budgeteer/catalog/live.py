@@ -163,6 +163,10 @@ class StorePrices:
         before = [p for p in points if p.at <= at]
         return before[-1] if before else points[0]
 
+    def recent(self, offering: Offering, since: datetime) -> list[tuple[datetime, Decimal]]:
+        """The live prices kept since ``since`` (oldest first)."""
+        return [(p.at, p.usd_per_hour) for p in self._all().get(offering.id, []) if p.at >= since]
+
     def stale(self, point: PricePoint, at: datetime) -> bool:
         """Whether ``point`` is older than ``max_age`` at ``at``."""
         return at - point.at > self.max_age

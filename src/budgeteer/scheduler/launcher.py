@@ -82,6 +82,7 @@ class Launcher:
             instances=attempt.instances,
             workers=attempt.workers,
             env=self.job_env(job.id) if self.job_env else {},
+            tier=job.tier,
         )
 
     def retry_after(self, job_id: str, failures: int, at: datetime) -> float:
