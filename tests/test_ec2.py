@@ -117,7 +117,8 @@ def test_a_job_runs_on_an_instance_and_succeeds_then_its_instance_is_terminated(
 ) -> None:
     code = (
         "import os; print('job', os.environ['BUDGETEER_JOB_ID'], os.environ['BUDGETEER_TOKEN'],"
-        " os.environ['BUDGETEER_NODE_RANK'], os.environ['BUDGETEER_MARKET'])"
+        " os.environ['BUDGETEER_NODE_RANK'], os.environ['BUDGETEER_MARKET'],"
+        " os.environ['BUDGETEER_CHECKPOINT_S3'])"
     )
     handle = world.backend.launch(_request(code))
     assert len(handle.instance_ids) == 1
@@ -131,7 +132,8 @@ def test_a_job_runs_on_an_instance_and_succeeds_then_its_instance_is_terminated(
     assert status.ended_at is not None
     assert status.started_at is not None
     assert status.ended_at >= status.started_at
-    assert "job job-1 t0k'en 0 on_demand" in world.instances.log(handle.instance_ids[0])
+    s3 = f"s3://{world.settings.bucket}/budgeteer/{world.namespace}/checkpoints/job-1/"
+    assert f"job job-1 t0k'en 0 on_demand {s3}" in world.instances.log(handle.instance_ids[0])
     assert _state(world, handle) <= {"shutting-down", "terminated"}
 
 

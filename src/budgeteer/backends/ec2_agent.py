@@ -8,7 +8,8 @@ The agent
    instance id and launch index (the rank of a multi-instance attempt);
 2. brings the job's checkpoint down from S3 (``s3://BUCKET/CHECKPOINT_PREFIX/``) into a local
    folder and runs the command there with ``BUDGETEER_CHECKPOINT_DIR`` pointing at it,
-   ``BUDGETEER_NODE_RANK`` and ``BUDGETEER_NUM_NODES``;
+   ``BUDGETEER_CHECKPOINT_S3`` naming where it is kept, ``BUDGETEER_NODE_RANK`` and
+   ``BUDGETEER_NUM_NODES``;
 3. every ``--poll`` seconds looks for the notice — the spot interruption (``meta-data/spot/
    instance-action``, which AWS sets two minutes before it takes the instance; AWS advises
    polling every 5 s) or budgeteer's stop (an object ``ATTEMPT_PREFIX/stop`` in S3) — and on the
@@ -161,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
         "BUDGETEER_PROGRESS_FILE": str(folder / "progress.jsonl"),
         "BUDGETEER_NODE_RANK": str(rank),
         "BUDGETEER_NUM_NODES": str(args.nodes),
+        # where the folder is kept between attempts (the agent syncs it; a job that writes
+        # large checkpoints itself may put them there directly)
+        "BUDGETEER_CHECKPOINT_S3": f"s3://{args.bucket}/{args.checkpoint_prefix}/",
     }
     env.pop("BUDGETEER_IMDS_URL", None)
     proc = subprocess.Popen(args.command, env=env, cwd=folder, start_new_session=True)
