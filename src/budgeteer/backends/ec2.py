@@ -73,6 +73,15 @@ from budgeteer.backends.ec2_launch import (
     state_reason,
     warned_instance,
 )
+from budgeteer.backends.market import CatalogPrices
+from budgeteer.clock import Clock
+from budgeteer.domain.offering import Market, Offering
+from budgeteer.domain.tier import Tier
+
+log = logging.getLogger(__name__)
+
+_NO_INSTANCE = frozenset({"InvalidInstanceID.NotFound"})
+_NO_KEY = frozenset({"NoSuchKey", "404"})
 
 __all__ = [
     "Ec2Backend",
@@ -81,12 +90,6 @@ __all__ = [
     "attempt_key",
     "render_user_data",
 ]
-from budgeteer.backends.market import CatalogPrices
-from budgeteer.clock import Clock
-from budgeteer.domain.offering import Market, Offering
-from budgeteer.domain.tier import Tier
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -350,16 +353,23 @@ class Ec2Backend(CatalogPrices):
             return Status(RunState.RUNNING, None, "", started)
         return Status(RunState.PROVISIONING, None, "", None)
 
-    def _describe(self, ids: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
-        out: dict[str, Mapping[str, Any]] = {}
+    def _unless(self, gone: frozenset[str], service: str, op: str, **kwargs: Any) -> Any:
+        """``service.op(**kwargs)`` as :meth:`_call`, or ``None`` when AWS answers one of the
+        error codes in ``gone`` (the thing is not there)."""
         try:
-            pages = self._call("ec2", "describe_instances", InstanceIds=list(ids))
+            return self._call(service, op, **kwargs)
         except Ec2Unavailable:
             raise
         except Exception as exc:
             code = client_error(exc)
-            if code is None or code[0] != "InvalidInstanceID.NotFound":
+            if code is None or code[0] not in gone:
                 raise
+            return None
+
+    def _describe(self, ids: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
+        out: dict[str, Mapping[str, Any]] = {}
+        pages = self._unless(_NO_INSTANCE, "ec2", "describe_instances", InstanceIds=list(ids))
+        if pages is None:
             return out  # every one gone from EC2's memory
         for reservation in pages.get("Reservations", []):
             for inst in reservation.get("Instances", []):
@@ -437,28 +447,12 @@ class Ec2Backend(CatalogPrices):
         self._call("s3", "put_object", Bucket=self.settings.bucket, Key=key, Body=text.encode())
 
     def _read_text(self, key: str) -> str | None:
-        try:
-            reply = self._call("s3", "get_object", Bucket=self.settings.bucket, Key=key)
-        except Ec2Unavailable:
-            raise
-        except Exception as exc:
-            code = client_error(exc)
-            if code is not None and code[0] in {"NoSuchKey", "404"}:
-                return None
-            raise
-        return str(reply["Body"].read().decode("utf-8", "replace"))
+        reply = self._unless(_NO_KEY, "s3", "get_object", Bucket=self.settings.bucket, Key=key)
+        return None if reply is None else str(reply["Body"].read().decode("utf-8", "replace"))
 
     def _terminate(self, ids: tuple[str, ...]) -> None:
-        if not ids:
-            return
-        try:
-            self._call("ec2", "terminate_instances", InstanceIds=list(ids))
-        except Ec2Unavailable:
-            raise
-        except Exception as exc:
-            code = client_error(exc)
-            if code is None or code[0] != "InvalidInstanceID.NotFound":
-                raise
+        if ids:
+            self._unless(_NO_INSTANCE, "ec2", "terminate_instances", InstanceIds=list(ids))
 
     def _check_limit(self, request: LaunchRequest) -> None:
         limit = self.settings.limits.get(request.offering.id, request.offering.max_instances)
