@@ -76,6 +76,7 @@ def main() -> None:
         service,
         simulate,
         spot,
+        trigger,
     )
 
     native_writes_to_stderr()
