@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shlex
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -20,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from budgeteer.backends.base import (
     CapacityUnavailable,
@@ -39,15 +36,12 @@ from budgeteer.backends.ec2 import (
 from budgeteer.backends.ec2_launch import max_price
 from budgeteer.catalog.live import StorePrices
 from budgeteer.clock import SystemClock
-from budgeteer.config import load_config
 from budgeteer.core.spot.bids import bid_for
 from budgeteer.domain.offering import Market
 from budgeteer.domain.tier import Tier
-from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.service.wiring import build
 from budgeteer.store import MemoryStore, PricePoint
 from builders import make_offering
-from ec2_world import CREDENTIALS, Instances, World, open_world, refuse_run_instances, session
+from ec2_world import World, open_world, refuse_run_instances, session
 from engines import settle, until
 
 PY = sys.executable
@@ -360,149 +354,6 @@ def test_user_data_beyond_16_kb_is_refused() -> None:
     request = _request("x" * 17000)
     with pytest.raises(LaunchFailed, match="16384"):
         render_user_data(SETTINGS, request, "ns1", {})
-
-
-# -- from a config: `budgeteer run` on EC2 ----------------------------------------------------
-def _config(tmp_path: Path, backend: dict[str, Any]) -> Path:
-    cfg = tmp_path / "budgeteer.yaml"
-    doc = {"store": "sqlite:///state.db", "interval_seconds": 1, "backend": backend}
-    cfg.write_text(yaml.safe_dump(doc))
-    return cfg
-
-
-def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> None:
-    make = session(moto_url)
-    image = make("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    bucket = f"budgeteer-{uuid.uuid4().hex[:8]}"
-    make("s3").create_bucket(Bucket=bucket)
-    backend = {
-        "kind": "ec2",
-        "region": "us-east-1",
-        "bucket": bucket,
-        "images": {"*": image},
-        "endpoint_url": moto_url,
-        "python": PY,
-        "instance_workdir": str(tmp_path / "instance"),
-        "poll_seconds": 0.2,
-        "shutdown": False,
-    }
-    cfg = _config(tmp_path, backend)
-    config, root = load_config(cfg)
-    service = build(config, root)
-    sched = service.scheduler()
-    assert sched.backend.name == "ec2"
-    offerings = sched.catalog.offerings
-    assert offerings
-    assert {(o.provider, o.region) for o in offerings} == {("aws", "us-east-1")}
-    assert all(len(o.zones) != 1 for o in offerings)  # zonal ones need a subnet
-    job = {
-        "name": "retrain",
-        "team": "t",
-        "resources": {"accelerators": ["V100"]},
-        "work": {"reference_hours": 0.01},
-        "command": [
-            PY,
-            "-c",
-            "import os; open(os.environ['BUDGETEER_CHECKPOINT_DIR'] + '/trained', 'w').write('ok')",
-        ],
-    }
-    jobs = tmp_path / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump([job]))
-    env = {**os.environ, **CREDENTIALS}
-    submit = [PY, "-m", "budgeteer", "submit", str(jobs), "--config", str(cfg)]
-    assert subprocess.run(submit, env=env, check=False).returncode == 0
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    instances = Instances(moto_url, service.namespace(), "", logs)
-    try:
-        run = subprocess.run(
-            [PY, "-m", "budgeteer", "run", "--config", str(cfg), "--until-idle"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            check=False,
-        )
-    finally:
-        instances.close()
-    assert run.returncode == 0, run.stderr
-    attempts = service.store.attempts("retrain")
-    assert [a.backend for a in attempts] == ["ec2"]
-    assert attempts[0].outcome is not None
-    assert attempts[0].outcome.value == "succeeded"
-    assert service.store.job("retrain").state.value == "succeeded"
-    key = f"budgeteer/{service.namespace()}/checkpoints/retrain/trained"
-    assert make("s3").get_object(Bucket=bucket, Key=key)["Body"].read() == b"ok"
-    ledger = service.store.ledger(job_id="retrain")
-    assert ledger
-    assert {e.attempt_id for e in ledger} == {attempts[0].id}
-    # billed from launch to termination at the offering's price, to the cent
-    offering = next(o for o in offerings if o.id == attempts[0].offering_id)
-    assert {e.usd_per_hour for e in ledger} == {Decimal(repr(offering.usd_per_hour))}
-    billed = sum((e.amount_usd for e in ledger), Decimal(0))
-    expected = sum(
-        (
-            e.usd_per_hour * e.instances * Decimal((e.end - e.start).total_seconds()) / 3600
-            for e in ledger
-        ),
-        Decimal(0),
-    )
-    assert abs(billed - expected) < Decimal("0.01")
-    assert billed > 0
-
-
-@pytest.mark.parametrize(
-    ("change", "field", "problem"),
-    [
-        ({"images": {}}, "backend.images", "at least 1"),
-        ({"images": {"*": "not-an-ami"}}, "backend.images.*", "pattern"),
-        ({"bucket": "Bad_Bucket"}, "backend.bucket", "pattern"),
-        ({"region": "mars"}, "backend.region", "pattern"),
-        ({"grace_seconds": -1}, "backend.grace_seconds", "greater than or equal"),
-        ({"subnets": {"use1-az2": "sg-123"}}, "backend.subnets.use1-az2", "pattern"),
-        ({"surprise": 1}, "backend.surprise", "unknown field"),
-    ],
-)
-def test_bad_ec2_configs_are_refused_by_field(
-    tmp_path: Path, change: dict[str, Any], field: str, problem: str
-) -> None:
-    backend = {"kind": "ec2", "region": "us-east-1", "bucket": "b-bucket"}
-    backend |= {"images": {"*": "ami-0123456789abcdef0"}}
-    backend |= change
-    with pytest.raises(SpecErrors) as err:
-        load_config(_config(tmp_path, backend))
-    found = {e.field: e.problem for e in err.value.errors}
-    assert field in found, found
-    assert problem in found[field]
-
-
-def test_an_ec2_config_that_serves_no_offering_or_limits_an_unknown_one_is_refused(
-    tmp_path: Path,
-) -> None:
-    base = {"kind": "ec2", "bucket": "b-bucket", "images": {"*": "ami-0123456789abcdef0"}}
-    config, root = load_config(_config(tmp_path, {**base, "region": "ap-south-9"}))
-    with pytest.raises(SpecError, match="no AWS offering") as err:
-        build(config, root).scheduler()
-    assert err.value.field == "backend.images"
-    limits = {"region": "us-east-1", "limits": {"aws/nowhere": 2}}
-    config, root = load_config(_config(tmp_path, {**base, **limits}))
-    with pytest.raises(SpecError, match="no such offering") as err:
-        build(config, root).scheduler()
-    assert err.value.field == "backend.limits.aws/nowhere"
-
-
-def test_the_example_ec2_config_plans_on_aws_in_its_region(tmp_path: Path) -> None:
-    cfg, root = load_config(Path(__file__).parents[1] / "examples" / "ec2.yaml")
-    cfg = cfg.model_copy(update={"store": f"sqlite:///{tmp_path / 'example.db'}"})
-    sched = build(cfg, root).scheduler()
-    assert sched.backend.name == "ec2"
-    ids = {o.id for o in sched.catalog.offerings}
-    assert ids
-    assert all(i.startswith("aws/us-east-1/") for i in ids)
-    # offerings in one zone only where that zone has a subnet
-    zonal = {o.zones[0] for o in sched.catalog.offerings if len(o.zones) == 1}
-    assert zonal == {"use1-az1", "use1-az2", "use1-az4"}
-    assert "aws/us-east-1/use1-az6/p3.2xlarge/spot" not in ids
 
 
 def test_spot_bids_come_from_the_live_spot_prices_by_tier() -> None:
