@@ -308,6 +308,8 @@ class ServiceConfig(_Strict):
     #: on-prem GPU pools lent to retraining outside their closed hours (amortised price, a
     #: calendar): offerings beside the catalog's (``budgeteer.catalog.onprem``)
     onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
+    #: the trigger policy ``POST /v1/signals`` applies (``budgeteer.triggers.policy``)
+    triggers: Path | None = None
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:

@@ -15,6 +15,7 @@ from budgeteer.core import FrontCache, Plan, Policy, Snapshot
 from budgeteer.core.quarantine import plan_isolated
 from budgeteer.ledger.accounting import OnDemandPrices
 from budgeteer.store import ApiToken, Store
+from budgeteer.triggers.policy import TriggerPolicy
 
 #: How long a token lookup is remembered: revocation through another replica takes effect
 #: within this many seconds (at once through this one).
@@ -35,6 +36,8 @@ class ApiContext:
     policy: Policy = field(default_factory=Policy)
     max_body_bytes: int = 1_000_000
     is_leader: Callable[[], bool] = lambda: True
+    #: the trigger policy and its folder (``triggers:`` in the config), for ``/v1/signals``
+    triggers: tuple[TriggerPolicy, Path] | None = None
     #: a live price older than this is shown stale (the ``prices`` config's max age)
     max_price_age_seconds: float = 6 * 3600.0
     checkpoint_root: Path | None = None

@@ -180,6 +180,7 @@ def build_app(
         metrics_token=os.environ.get("BUDGETEER_METRICS_TOKEN") or cfg.api.metrics_token,
         checkpoint_root=sched.checkpoint_root,
         max_price_age_seconds=cfg.prices.max_age_seconds if cfg.prices else 6 * 3600.0,
+        triggers=svc.trigger_policy(),
     )
 
     refresher = svc.refresher(sched.catalog.offerings) if scheduler else None

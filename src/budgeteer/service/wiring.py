@@ -45,6 +45,7 @@ from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.files import read_document
 from budgeteer.store import SqlStore
 from budgeteer.traces import load_price_series, load_trace
+from budgeteer.triggers.policy import TriggerPolicy, load_policy
 
 
 @dataclass
@@ -287,6 +288,13 @@ class Service:
             cfg.refresh_seconds,
             on_refresh=self.store_prices().refreshed,
         )
+
+    def trigger_policy(self) -> tuple[TriggerPolicy, Path] | None:
+        """The trigger policy the config names, read and checked (with its folder)."""
+        if self.config.triggers is None:
+            return None
+        path = self.path(self.config.triggers)
+        return load_policy(path), path.parent
 
     def namespace(self) -> str:
         """This deployment's name on shared engines and accounts (a hash of its store)."""

@@ -32,12 +32,15 @@ class ModelJob:
         return str(self.spec["name"])
 
 
-def model_job(policy: TriggerPolicy, policy_dir: Path, model: str) -> ModelJob:
-    """The spec the policy names for ``model`` (validated)."""
+def model_job(
+    policy: TriggerPolicy, policy_dir: Path, model: str, field: str = "--model"
+) -> ModelJob:
+    """The spec the policy names for ``model`` (validated); ``field`` names where the model
+    came from in an error."""
     entry = policy.models.get(model)
     if entry is None:
         known = ", ".join(sorted(policy.models))
-        raise SpecError("--model", f"unknown model {model!r}; the policy knows: {known}")
+        raise SpecError(field, f"unknown model {model!r}; the policy knows: {known}")
     path = entry.job if entry.job.is_absolute() else policy_dir / entry.job
     if not path.is_file():
         raise SpecError(f"models.{model}.job", f"no such file: {path}")

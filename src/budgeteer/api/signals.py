@@ -1,0 +1,115 @@
+"""``POST /v1/signals``: a retraining signal — drift or skew statistics a monitor computed, or
+the raw samples for the service to compare — turned into a retrain by the service's trigger
+policy (``triggers:`` in the config; :mod:`budgeteer.triggers`), with the same dedupe as
+``budgeteer trigger``: one open retrain per model, a stronger signal raises the waiting one."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from budgeteer.api.deps import Ctx, Person
+from budgeteer.api.problems import Problem, spec_problem
+from budgeteer.errors import SpecError, SpecErrors
+from budgeteer.triggers.apply import carry_out, model_job, open_retrain
+from budgeteer.triggers.drift import FeatureDrift, compare
+from budgeteer.triggers.policy import decide
+
+router = APIRouter(prefix="/v1", tags=["signals"])
+#: signals of one process are decided one at a time (one open retrain per model)
+_LOCK = threading.Lock()
+
+Value = float | str | None
+
+
+class Statistic(BaseModel):
+    """One feature's statistics as a monitor computed them."""
+
+    model_config = ConfigDict(extra="forbid")
+    feature: Annotated[str, Field(min_length=1, max_length=128)]
+    psi: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    ks: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    js: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+
+
+class SignalBody(BaseModel):
+    """A signal for ``model``: ``statistics``, or a ``reference`` and a ``current`` sample
+    (columns of values) the service compares."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: Annotated[str, Field(min_length=1, max_length=128)]
+    kind: Literal["drift", "skew"] = "drift"
+    statistics: Annotated[list[Statistic], Field(min_length=1, max_length=10_000)] | None = None
+    reference: dict[str, list[Value]] | None = None
+    current: dict[str, list[Value]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SignalBody:
+        samples = self.reference is not None or self.current is not None
+        if (self.statistics is None) == (not samples):
+            raise ValueError("give statistics, or a reference and a current sample")
+        if samples and (self.reference is None or self.current is None):
+            raise ValueError("samples need both reference and current")
+        return self
+
+
+@router.post("/signals")
+def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> dict[str, Any]:
+    """Decide and carry out the retrain a signal asks for (201 when a job was submitted)."""
+    if ctx.triggers is None:
+        raise Problem(409, "no trigger policy: set triggers (a policy file) in the service config")
+    policy, policy_dir = ctx.triggers
+    try:
+        job = model_job(policy, policy_dir, body.model, field="model")
+        if not who.sees_team(str(job.spec["team"])):
+            raise Problem(403, f"model {body.model!r} belongs to another team")
+        if body.statistics is not None:
+            drift = [
+                FeatureDrift(
+                    s.feature,
+                    "numeric" if s.ks is not None else "categorical",
+                    s.psi,
+                    s.ks,
+                    None,
+                    s.js,
+                    0,
+                    0,
+                )
+                for s in body.statistics
+            ]
+        else:
+            drift = compare(body.reference or {}, body.current or {})
+        level = policy.severity(drift)
+        with _LOCK:
+            now = ctx.clock.now()
+            decision = decide(level, open_retrain(ctx.store, job), now)
+            job_id = carry_out(ctx.store, job, decision, now, list(ctx.catalog.throughput))
+    except (SpecError, SpecErrors) as exc:
+        raise spec_problem(exc) from None
+    response.status_code = 201 if job_id else 200
+    return {
+        "model": body.model,
+        "kind": body.kind,
+        "signals": [
+            {"feature": d.feature, "psi": _num(d.psi), "ks": _num(d.ks), "js": _num(d.js)}
+            for d in drift
+        ],
+        "severity": level.name if level is not None else "none",
+        "decision": {
+            "action": decision.action,
+            "job_id": job_id,
+            "priority": decision.priority,
+            "variant": decision.variant,
+            "deadline": decision.deadline.isoformat() if decision.deadline else None,
+            "replaces": decision.replaces,
+            "reason": decision.reason,
+        },
+    }
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 6)
