@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -99,3 +100,20 @@ def test_without_a_policy_signals_are_refused(tmp_path: Path) -> None:
         assert "triggers" in r.text
     finally:
         w.store.close()
+
+
+def test_a_degrading_metric_asks_for_the_rules_level(world: World) -> None:
+    rng = np.random.default_rng(4)
+    steady = list(rng.normal(0.81, 0.01, 300))
+    falling = steady + list(rng.normal(0.70, 0.01, 100))
+    g = world.auth(world.growth)
+    body = {"model": "churn", "kind": "degradation", "metric": "auc"}
+    quiet = world.http.post("/v1/signals", json={**body, "values": steady}, headers=g)
+    assert quiet.status_code == 200, quiet.text
+    assert quiet.json()["decision"]["action"] == "none"
+    r = world.http.post("/v1/signals", json={**body, "values": falling}, headers=g)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert (out["severity"], out["decision"]["priority"]) == ("major", "P1")
+    bad = world.http.post("/v1/signals", json=body, headers=g)  # no values
+    assert bad.status_code == 422

@@ -16,8 +16,9 @@ from budgeteer.api.deps import Ctx, Person
 from budgeteer.api.problems import Problem, spec_problem
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.triggers.apply import carry_out, model_job, open_retrain
+from budgeteer.triggers.degradation import PageHinkley, detections
 from budgeteer.triggers.drift import FeatureDrift, compare
-from budgeteer.triggers.policy import decide
+from budgeteer.triggers.policy import Level, TriggerPolicy, decide
 
 router = APIRouter(prefix="/v1", tags=["signals"])
 #: signals of one process are decided one at a time (one open retrain per model)
@@ -42,13 +43,23 @@ class SignalBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: Annotated[str, Field(min_length=1, max_length=128)]
-    kind: Literal["drift", "skew"] = "drift"
+    kind: Literal["drift", "skew", "degradation"] = "drift"
     statistics: Annotated[list[Statistic], Field(min_length=1, max_length=10_000)] | None = None
     reference: dict[str, list[Value]] | None = None
     current: dict[str, list[Value]] | None = None
+    #: kind ``degradation``: the metric's name and its values in order (oldest first)
+    metric: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    values: (
+        Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(max_length=1_000_000)]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _one_form(self) -> SignalBody:
+        if self.kind == "degradation":
+            if self.values is None or self.metric is None:
+                raise ValueError("a degradation signal needs metric and values")
+            return self
         samples = self.reference is not None or self.current is not None
         if (self.statistics is None) == (not samples):
             raise ValueError("give statistics, or a reference and a current sample")
@@ -67,7 +78,10 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
         job = model_job(policy, policy_dir, body.model, field="model")
         if not who.sees_team(str(job.spec["team"])):
             raise Problem(403, f"model {body.model!r} belongs to another team")
-        if body.statistics is not None:
+        drift: list[FeatureDrift] = []
+        if body.kind == "degradation":
+            level = _degraded(policy, body)
+        elif body.statistics is not None:
             drift = [
                 FeatureDrift(
                     s.feature,
@@ -83,7 +97,8 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
             ]
         else:
             drift = compare(body.reference or {}, body.current or {})
-        level = policy.severity(drift)
+        if body.kind != "degradation":
+            level = policy.severity(drift)
         with _LOCK:
             now = ctx.clock.now()
             decision = decide(level, open_retrain(ctx.store, job), now)
@@ -109,6 +124,16 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
             "reason": decision.reason,
         },
     }
+
+
+def _degraded(policy: TriggerPolicy, body: SignalBody) -> Level | None:
+    """The degradation rule's level when Page-Hinkley fires on the values (the last detection
+    counts: the metric degraded and has not been retrained since)."""
+    rule = policy.degradation
+    if rule is None:
+        raise Problem(409, "the trigger policy has no degradation rule")
+    detector = PageHinkley(rule.min_instances, rule.delta, rule.threshold, mode=rule.mode)
+    return policy.level(rule.level) if detections(body.values or [], detector) else None
 
 
 def _num(x: float | None) -> float | None:

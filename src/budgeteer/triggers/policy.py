@@ -94,6 +94,17 @@ class Level(_Strict):
         return parse_duration(self.sla)
 
 
+class DegradationRule(_Strict):
+    """A metric's values watched with Page-Hinkley (:mod:`budgeteer.triggers.degradation`);
+    a detection asks for the retrain of ``level``."""
+
+    level: str
+    mode: Literal["up", "down", "both"] = "down"
+    min_instances: Annotated[int, Field(ge=1, le=100_000)] = 30
+    delta: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.005
+    threshold: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+
+
 class ModelEntry(_Strict):
     """A model the policy may retrain: the job spec file instantiated for it."""
 
@@ -105,13 +116,21 @@ class TriggerPolicy(_Strict):
 
     models: Annotated[dict[str, ModelEntry], Field(min_length=1, max_length=10_000)]
     levels: Annotated[list[Level], Field(min_length=1, max_length=16)]
+    #: how a degrading metric (``POST /v1/signals`` kind ``degradation``) maps to a level
+    degradation: DegradationRule | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> TriggerPolicy:
         names = [lv.name for lv in self.levels]
         if len(set(names)) != len(names):
             raise ValueError("level names must be distinct")
+        if self.degradation is not None and self.degradation.level not in names:
+            raise ValueError(f"degradation.level {self.degradation.level!r} is not a level")
         return self
+
+    def level(self, name: str) -> Level:
+        """The level called ``name``."""
+        return next(lv for lv in self.levels if lv.name == name)
 
     def severity(self, drift: list[FeatureDrift]) -> Level | None:
         """The strongest level some feature reaches (levels are listed strongest first)."""
