@@ -117,3 +117,26 @@ def test_a_degrading_metric_asks_for_the_rules_level(world: World) -> None:
     assert (out["severity"], out["decision"]["priority"]) == ("major", "P1")
     bad = world.http.post("/v1/signals", json=body, headers=g)  # no values
     assert bad.status_code == 422
+
+
+def test_signals_are_kept_listed_linked_counted_and_shown(world: World) -> None:
+    g = world.auth(world.growth)
+    job_id = world.http.post("/v1/signals", json=_stats(0.7), headers=g).json()["decision"][
+        "job_id"
+    ]
+    world.http.post("/v1/signals", json=_stats(0.3), headers=g)  # recorded, nothing submitted
+    listed = world.http.get("/v1/signals", headers=g).json()["signals"]
+    assert [(s["severity"], s["action"], s["job_id"]) for s in listed] == [
+        ("major", "none", None),
+        ("critical", "submit", job_id),
+    ]
+    assert listed[1]["signals"] == [{"feature": "tenure", "psi": 0.7, "ks": 0.0, "js": 0.0}]
+    assert world.http.get("/v1/signals", headers=world.auth(world.search)).json()["signals"] == []
+    why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()
+    assert [s["severity"] for s in why["triggered_by"]] == ["critical"]
+    metrics = world.http.get("/metrics", headers=world.auth(ADMIN)).text
+    assert 'budgeteer_signals_total{action="submit",kind="drift"} 1.0' in metrics
+    assert 'budgeteer_signals_total{action="none",kind="drift"} 1.0' in metrics
+    page = world.http.get("/", headers=g).text
+    assert 'id="signals"' in page
+    assert job_id in page

@@ -28,6 +28,7 @@ from budgeteer.store import (
     NotFound,
     OfferingBackoff,
     PricePoint,
+    SignalRecord,
     SqlStore,
     Store,
     Submission,
@@ -235,6 +236,33 @@ def test_price_points_append_exactly_skip_repeats_and_read_from_a_time(store: St
     assert store.price_points("aws/od", since=NOW + timedelta(hours=2)) == [b]
     assert store.price_points("nope") == []
     assert store.price_points()[0].at == NOW  # times keep their zone
+
+
+def test_signals_are_kept_newest_first_with_their_statistics(store: Store) -> None:
+    assert store.signals() == []
+    first = SignalRecord(
+        "churn",
+        "growth",
+        "drift",
+        "critical",
+        "submit",
+        "churn-1",
+        NOW,
+        "critical drift",
+        (("tenure", 1.5, 0.5, 0.4), ("plan", 0.6, None, 0.3)),
+    )
+    second = SignalRecord(
+        "ltv", "growth", "degradation", "none", "none", None, NOW + timedelta(hours=1), "quiet"
+    )
+    a, b = store.add_signal(first), store.add_signal(second)
+    assert b > a
+    kept = store.signals()
+    assert [r.model for r in kept] == ["ltv", "churn"]
+    assert kept[1] == dataclasses.replace(first, id=a)
+    assert kept[1].statistics[1][2] is None  # a categorical feature has no KS
+    assert store.signals("churn") == [kept[1]]
+    assert store.signals(limit=1) == [kept[0]]
+    assert kept[0].at == NOW + timedelta(hours=1)
 
 
 def test_unknown_ids(store: Store) -> None:

@@ -91,6 +91,11 @@ remaining ${{ b.remaining_usd | usd }} of ${{ b.limit_usd | usd }}
 {% for a in preemptions %}<tr><td>{{ a.job_id }}</td><td>{{ a.offering_id }}</td>
 <td>{{ a.ended_at | when }}</td><td>{{ a.exit_reason }}</td></tr>
 {% else %}<tr><td colspan="4">none</td></tr>{% endfor %}</table>
+<h2>Recent signals</h2>
+<table id="signals"><tr><th>at</th><th>model</th><th>kind</th><th>severity</th><th>caused</th></tr>
+{% for s in signals %}<tr><td>{{ s.at | when }}</td><td>{{ s.model }}</td><td>{{ s.kind }}</td>
+<td>{{ s.severity }}</td><td>{{ s.action }}{% if s.job_id %} {{ s.job_id }}{% endif %}</td></tr>
+{% else %}<tr><td colspan="5">none</td></tr>{% endfor %}</table>
 <h2>Finished</h2>
 <table id="finished"><tr><th>job</th><th>state</th><th>why</th><th>markets</th>
 <th class="num">cost</th><th class="num">on-demand equivalent</th></tr>
@@ -258,6 +263,7 @@ def dashboard(
         running=running,
         finished=finished,
         preemptions=preemptions,
+        signals=[r for r in ctx.store.signals(limit=200) if who.sees_team(r.team)][:10],
     )
     return HTMLResponse(html)
 

@@ -5,6 +5,7 @@ never labelled by job id."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -87,6 +88,15 @@ class StoreCollector(Collector):
         )
         misses.add_metric([], sum(self._missed(j) for j in jobs.values() if j.deadline))
         yield misses
+        signals = CounterMetricFamily(
+            "budgeteer_signals",
+            "Retraining signals by kind and what they caused (submit, upgrade, none)",
+            labels=["kind", "action"],
+        )
+        counted = Counter((r.kind, r.action) for r in store.signals(limit=None))
+        for (kind, action), n in sorted(counted.items()):
+            signals.add_metric([kind, action], n)
+        yield signals
 
         attempts_of: dict[str, list[Attempt]] = {}
         for a in attempts:

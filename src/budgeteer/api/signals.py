@@ -5,17 +5,17 @@ policy (``triggers:`` in the config; :mod:`budgeteer.triggers`), with the same d
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from budgeteer.api.deps import Ctx, Person
 from budgeteer.api.problems import Problem, spec_problem
+from budgeteer.api.views import finite, signal_view
 from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.triggers.apply import carry_out, model_job, open_retrain
+from budgeteer.triggers.apply import carry_out, model_job, open_retrain, record
 from budgeteer.triggers.degradation import PageHinkley, detections
 from budgeteer.triggers.drift import FeatureDrift, compare
 from budgeteer.triggers.policy import Level, TriggerPolicy, decide
@@ -103,6 +103,8 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
             now = ctx.clock.now()
             decision = decide(level, open_retrain(ctx.store, job), now)
             job_id = carry_out(ctx.store, job, decision, now, list(ctx.catalog.throughput))
+            severity = level.name if level is not None else "none"
+            record(ctx.store, body.model, job, body.kind, severity, decision, job_id, drift, now)
     except (SpecError, SpecErrors) as exc:
         raise spec_problem(exc) from None
     response.status_code = 201 if job_id else 200
@@ -110,7 +112,7 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
         "model": body.model,
         "kind": body.kind,
         "signals": [
-            {"feature": d.feature, "psi": _num(d.psi), "ks": _num(d.ks), "js": _num(d.js)}
+            {"feature": d.feature, "psi": finite(d.psi), "ks": finite(d.ks), "js": finite(d.js)}
             for d in drift
         ],
         "severity": level.name if level is not None else "none",
@@ -136,5 +138,16 @@ def _degraded(policy: TriggerPolicy, body: SignalBody) -> Level | None:
     return policy.level(rule.level) if detections(body.values or [], detector) else None
 
 
-def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(x, 6)
+@router.get("/signals")
+def list_signals(
+    ctx: Ctx,
+    who: Person,
+    model: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Recent signals the caller's teams may see, newest first, each with what it caused."""
+    return {
+        "signals": [
+            signal_view(r) for r in ctx.store.signals(model, None) if who.sees_team(r.team)
+        ][:limit]
+    }

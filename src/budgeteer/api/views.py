@@ -3,6 +3,7 @@ budget status, from a pure plan of the current snapshot)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -15,7 +16,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
 from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
-from budgeteer.store import Attempt, ProgressReport
+from budgeteer.store import Attempt, ProgressReport, SignalRecord
 
 PARKED = {JobState.HELD, JobState.WAITING}
 
@@ -114,6 +115,30 @@ def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
     return out
 
 
+def finite(x: float | None) -> float | None:
+    """``x`` rounded to 6 places, or ``None`` for nothing or a non-finite number."""
+    return None if x is None or not math.isfinite(x) else round(x, 6)
+
+
+def signal_view(r: SignalRecord) -> dict[str, Any]:
+    """One kept signal as the API shows it."""
+    return {
+        "id": r.id,
+        "at": r.at.isoformat(),
+        "model": r.model,
+        "team": r.team,
+        "kind": r.kind,
+        "severity": r.severity,
+        "action": r.action,
+        "job_id": r.job_id,
+        "reason": r.reason,
+        "signals": [
+            {"feature": f, "psi": finite(p), "ks": finite(k), "js": finite(j)}
+            for f, p, k, j in r.statistics
+        ],
+    }
+
+
 def explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
     """Why this placement, or why held: the numbers of a pure plan of the current snapshot;
     ``spot_decision``: the spot decider's latest word on the job (or ``None``); ``speeds``:
@@ -122,6 +147,9 @@ def explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
     return _explain(ctx, job) | {
         "spot_decision": _spot_decision(ctx, job.id),
         "speeds": _speeds(ctx, job),
+        "triggered_by": [
+            signal_view(r) for r in ctx.store.signals(limit=None) if r.job_id == job.id
+        ],
     }
 
 

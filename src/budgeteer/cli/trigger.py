@@ -15,7 +15,7 @@ from rich.table import Table
 from budgeteer.cli import app, fail
 from budgeteer.cli.service import ConfigOption, _service
 from budgeteer.errors import BudgeteerError
-from budgeteer.triggers.apply import carry_out, model_job, open_retrain
+from budgeteer.triggers.apply import carry_out, model_job, open_retrain, record
 from budgeteer.triggers.drift import DEFAULT_BINS, compare
 from budgeteer.triggers.policy import decide, load_policy
 from budgeteer.triggers.tables import read_table
@@ -47,6 +47,8 @@ def trigger_command(
         now = svc.clock.now()
         decision = decide(level, open_retrain(svc.store, job), now)
         job_id = carry_out(svc.store, job, decision, now, list(svc.catalog.throughput))
+        severity = level.name if level is not None else "none"
+        record(svc.store, model, job, "drift", severity, decision, job_id, drift, now)
     except BudgeteerError as exc:
         fail(exc)
         return

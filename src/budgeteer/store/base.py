@@ -96,6 +96,25 @@ class PricePoint:
     source: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A retraining signal and what it caused (``budgeteer trigger``, ``POST /v1/signals``):
+    the model and its team, the kind (drift, skew, degradation), the severity reached, the
+    action (submit, upgrade, none), the job it submitted (if any), why, and the per-feature
+    statistics ``(feature, psi, ks, js)``. ``id`` is the store's (0 before it is kept)."""
+
+    model: str
+    team: str
+    kind: str
+    severity: str
+    action: str
+    job_id: str | None
+    at: datetime
+    reason: str
+    statistics: tuple[tuple[str, float, float | None, float], ...] = ()
+    id: int = 0
+
+
 def in_force_since(points: Sequence[PricePoint], since: datetime | None) -> list[PricePoint]:
     """Of one offering's points (by time), those from ``since`` on and the one in force at it."""
     if since is None:
@@ -369,6 +388,14 @@ class Store(Protocol):
     ) -> list[PricePoint]:
         """Kept prices, by offering then time: of one offering or all, from ``since`` on
         (and the one in force at ``since``)."""
+        ...
+
+    def add_signal(self, record: SignalRecord) -> int:
+        """Keep a signal and what it caused; returns its id (increasing)."""
+        ...
+
+    def signals(self, model: str | None = None, limit: int | None = 100) -> list[SignalRecord]:
+        """Kept signals, newest first: of one model or all, at most ``limit`` (``None``: all)."""
         ...
 
     def put_speed(self, speed: Speed) -> None:

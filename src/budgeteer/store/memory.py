@@ -27,6 +27,7 @@ from budgeteer.store.base import (
     OfferingBackoff,
     PricePoint,
     ProgressReport,
+    SignalRecord,
     Submission,
     SubmitRequest,
     UnknownJob,
@@ -56,6 +57,7 @@ class MemoryStore:
         self._markets: dict[str, MarketHistory] = {}
         self._speeds: dict[tuple[str, str], Speed] = {}
         self._prices: dict[str, dict[datetime, PricePoint]] = {}
+        self._signals: list[SignalRecord] = []
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -360,6 +362,19 @@ class MemoryStore:
                 points = [self._prices.get(oid, {})[t] for t in sorted(self._prices.get(oid, {}))]
                 out += in_force_since(points, since)
             return out
+
+    def add_signal(self, record: SignalRecord) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            kept = dataclasses.replace(record, id=len(self._signals) + 1)
+            self._signals.append(kept)
+            return kept.id
+
+    def signals(self, model: str | None = None, limit: int | None = 100) -> list[SignalRecord]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            out = [r for r in reversed(self._signals) if model is None or r.model == model]
+            return out if limit is None else out[:limit]
 
     def put_speed(self, speed: Speed) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

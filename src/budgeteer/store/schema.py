@@ -198,6 +198,21 @@ price_points = sa.Table(
     sa.Column("source", sa.String(255), nullable=False),
 )
 
+signals = sa.Table(
+    "signals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("model", sa.String(128), nullable=False, index=True),
+    sa.Column("team", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("severity", sa.String(32), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("job_id", sa.String(128)),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("statistics", sa.Text, nullable=False),  # JSON: [[feature, psi, ks, js], ...]
+)
+
 job_speeds = sa.Table(
     "job_speeds",
     metadata,

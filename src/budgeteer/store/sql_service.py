@@ -27,6 +27,7 @@ from budgeteer.store.base import (
     OfferingBackoff,
     PricePoint,
     ProgressReport,
+    SignalRecord,
     UnknownJob,
     WebhookDelivery,
     WebSession,
@@ -229,6 +230,53 @@ class ServiceTables:
                 PricePoint(r.offering_id, r.at, Decimal(r.usd_per_hour), r.source)
             )
         return [q for points in by.values() for q in in_force_since(points, since)]
+
+    def add_signal(self, record: SignalRecord) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        row = {
+            "model": record.model,
+            "team": record.team,
+            "kind": record.kind,
+            "severity": record.severity,
+            "action": record.action,
+            "job_id": record.job_id,
+            "at": record.at,
+            "reason": record.reason,
+            "statistics": json.dumps([list(s) for s in record.statistics]),
+        }
+        with self._tx() as conn:
+            key = conn.execute(t.signals.insert().values(**row)).inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+    def signals(self, model: str | None = None, limit: int | None = 100) -> list[SignalRecord]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        g = t.signals
+        query = sa.select(g).order_by(g.c.id.desc())
+        if model is not None:
+            query = query.where(g.c.model == model)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            SignalRecord(
+                r.model,
+                r.team,
+                r.kind,
+                r.severity,
+                r.action,
+                r.job_id,
+                r.at,
+                r.reason,
+                tuple(
+                    (str(f), float(p), None if k is None else float(k), float(j))
+                    for f, p, k, j in json.loads(r.statistics)
+                ),
+                r.id,
+            )
+            for r in rows
+        ]
 
     def put_speed(self, speed: Speed) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -5,6 +5,7 @@ one, or replace a waiting one by a stronger one (I/O at the edge; the decision i
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +15,8 @@ from budgeteer.errors import SpecError
 from budgeteer.intake import submit_specs
 from budgeteer.spec.files import read_document
 from budgeteer.spec.job import JobSpec
-from budgeteer.store.base import Store
+from budgeteer.store.base import SignalRecord, Store
+from budgeteer.triggers.drift import FeatureDrift
 from budgeteer.triggers.policy import Decision, OpenRetrain, TriggerPolicy, Variant
 
 
@@ -106,3 +108,30 @@ def carry_out(
         ids=lambda j: f"{j.name[:48]}-{stamp}",
     )
     return result.job_ids[0]
+
+
+def record(
+    store: Store,
+    model: str,
+    job: ModelJob,
+    kind: str,
+    severity: str,
+    decision: Decision,
+    job_id: str | None,
+    drift: Sequence[FeatureDrift],
+    now: datetime,
+) -> int:
+    """Keep the signal and what it caused (the link from a signal to its job)."""
+    return store.add_signal(
+        SignalRecord(
+            model,
+            str(job.spec["team"]),
+            kind,
+            severity,
+            decision.action,
+            job_id,
+            now,
+            decision.reason,
+            tuple((d.feature, d.psi, d.ks, d.js) for d in drift),
+        )
+    )
