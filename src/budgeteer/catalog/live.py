@@ -31,6 +31,15 @@ Segment = tuple[datetime, datetime, Decimal, str]
 
 
 @dataclass(frozen=True, slots=True)
+class FeedSummary:
+    """What one provider's feeds were asked and answered."""
+
+    regions: list[str]
+    quotes: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
 class FeedSettings:
     """Where the feeds are (the public APIs by default) and the GCP key."""
 
@@ -46,11 +55,11 @@ def fetch_quotes(
     regions: Sequence[str] | None,
     settings: FeedSettings,
     fetched_at: datetime,
-) -> tuple[list[Quote], dict[str, dict[str, object]]]:
+) -> tuple[list[Quote], dict[str, FeedSummary]]:
     """Quotes for ``offerings`` of ``providers`` (in ``regions``, or every region they are
     in), and per provider what was asked (regions, quotes, retries)."""
     quotes: list[Quote] = []
-    summary: dict[str, dict[str, object]] = {}
+    summary: dict[str, FeedSummary] = {}
     for provider in providers:
         mine = [o for o in offerings if o.provider == provider]
         wanted = sorted({o.region for o in mine if regions is None or o.region in regions})
@@ -94,7 +103,7 @@ def fetch_quotes(
                 types = sorted({o.instance_type for o in mine if o.region == region})
                 got += aws_quotes(pricing, ec2, region, types, fetched_at)
         quotes += got
-        summary[provider] = {"regions": wanted, "quotes": len(got), "retries": retries}
+        summary[provider] = FeedSummary(wanted, len(got), retries)
     return quotes, summary
 
 

@@ -5,6 +5,7 @@ source and fetch time."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -130,12 +131,12 @@ def refresh(
         raise SpecError("--gcp-api-key-env", f"{gcp_key_env} is not set (the GCP API key)")
     feeds = FeedSettings(azure_url, gcp_url, gcp_key, aws_endpoint)
     quotes, summary_of = fetch_quotes(offerings, providers, regions, feeds, fetched_at)
-    scope = {(p, str(r)) for p, feed in summary_of.items() for r in feed["regions"]}  # type: ignore[attr-defined]
+    scope = {(p, r) for p, feed in summary_of.items() for r in feed.regions}
     done = apply_quotes(rows, quotes, scope)
     summary = {
         "fetched_at": fetched_at.isoformat(),
         "source": str(catalog),
-        "providers": summary_of,
+        "providers": {p: dataclasses.asdict(feed) for p, feed in summary_of.items()},
         "prices_updated": done.updated,
         "stale": done.stale,
     }

@@ -167,7 +167,7 @@ def _present(values: Sequence[object]) -> list[object]:
 
 def _numbers(values: list[object]) -> NDArray[np.float64] | None:
     try:
-        arr = np.array([float(v) for v in values], dtype=np.float64)  # type: ignore[arg-type]
+        arr = np.array([float(str(v)) for v in values], dtype=np.float64)
     except (TypeError, ValueError):
         return None
     return arr if bool(np.all(np.isfinite(arr))) else None
