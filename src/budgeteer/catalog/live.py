@@ -28,6 +28,8 @@ from budgeteer.store.base import PricePoint, Store
 log = logging.getLogger(__name__)
 
 Segment = tuple[datetime, datetime, Decimal, str]
+#: Days of live prices read back into memory (and the one in force before them).
+KEEP_DAYS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,8 @@ class StorePrices:
                 or (now - self._read_at).total_seconds() >= self.reread_seconds
             ):
                 by: dict[str, list[PricePoint]] = {}
-                for p in self.store.price_points():
+                # the recent week and a day (bids read a week; an attempt is billed as it runs)
+                for p in self.store.price_points(since=now - timedelta(days=KEEP_DAYS)):
                     by.setdefault(p.offering_id, []).append(p)
                 self._points, self._read_at = by, now
             return self._points
