@@ -31,7 +31,6 @@ from budgeteer.store.base import (
     UnknownJob,
     WebhookDelivery,
     WebSession,
-    in_force_since,
 )
 from budgeteer.store.codec import job_from_dict
 from budgeteer.store.sql_support import token_row, webhook_row
@@ -219,17 +218,23 @@ class ServiceTables:
     ) -> list[PricePoint]:
         """See :class:`~budgeteer.store.base.Store`."""
         p = t.price_points
-        query = sa.select(p).order_by(p.c.offering_id, p.c.at)
+        query = sa.select(p)
         if offering_id is not None:
             query = query.where(p.c.offering_id == offering_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        by: dict[str, list[PricePoint]] = {}
-        for r in rows:
-            by.setdefault(r.offering_id, []).append(
-                PricePoint(r.offering_id, r.at, Decimal(r.usd_per_hour), r.source)
+        if since is not None:  # what follows `since`, and the point in force at it
+            latest = (
+                sa.select(p.c.offering_id, sa.func.max(p.c.at).label("at"))
+                .where(p.c.at <= since)
+                .group_by(p.c.offering_id)
+                .subquery()
             )
-        return [q for points in by.values() for q in in_force_since(points, since)]
+            in_force = sa.exists().where(
+                (latest.c.offering_id == p.c.offering_id) & (latest.c.at == p.c.at)
+            )
+            query = query.where((p.c.at > since) | in_force)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(p.c.offering_id, p.c.at)).all()
+        return [PricePoint(r.offering_id, r.at, Decimal(r.usd_per_hour), r.source) for r in rows]
 
     def add_signal(self, record: SignalRecord) -> int:
         """See :class:`~budgeteer.store.base.Store`."""
