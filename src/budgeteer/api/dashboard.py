@@ -33,6 +33,7 @@ from budgeteer.clock import Clock, simulated_time
 from budgeteer.display import usd, when
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.ledger.waste import spend_by_job, waste_usd
 
 router = APIRouter(include_in_schema=False)
 _env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
@@ -60,6 +61,7 @@ td,th{padding:.25rem .5rem;border-bottom:1px solid #eee;text-align:left}
  <div class="card">accrued <b id="accrued">${{ totals.accrued }}</b></div>
  <div class="card">on-demand equivalent <b>${{ totals.on_demand }}</b></div>
  <div class="card">savings <b id="savings">${{ totals.savings }}</b></div>
+ <div class="card">waste (runs a gate stopped) <b id="waste">${{ totals.waste }}</b></div>
 </div>
 <h2>Budgets</h2>
 {% for b in budgets %}
@@ -257,6 +259,12 @@ def dashboard(
             "accrued": usd(accrued),
             "on_demand": usd(od),
             "savings": usd(od - accrued),
+            "waste": usd(
+                waste_usd(
+                    {j.id: j for j in jobs},
+                    spend_by_job((e.job_id, e.amount_usd) for e in ctx.store.ledger()),
+                )
+            ),
         },
         budgets=budgets,
         queue=queue,

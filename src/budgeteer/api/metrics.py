@@ -19,6 +19,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.ledger.accounting import job_cost
+from budgeteer.ledger.waste import spend_by_job, waste_usd
 from budgeteer.store import Attempt, LedgerEntry
 
 
@@ -88,6 +89,13 @@ class StoreCollector(Collector):
         )
         misses.add_metric([], sum(self._missed(j) for j in jobs.values() if j.deadline))
         yield misses
+        waste = CounterMetricFamily(
+            "budgeteer_waste_usd",
+            "Spend of pipeline runs a validation gate stopped (the gate and its upstream steps)",
+        )
+        spent = spend_by_job((e.job_id, e.amount_usd) for e in ledger)
+        waste.add_metric([], float(waste_usd(jobs, spent)))
+        yield waste
         signals = CounterMetricFamily(
             "budgeteer_signals",
             "Retraining signals by kind and what they caused (submit, upgrade, none)",

@@ -15,6 +15,7 @@ from budgeteer.core.speed import SNAPSHOT_TOLERANCE
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
+from budgeteer.ledger.waste import wasted_jobs
 from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
 from budgeteer.store import Attempt, ProgressReport, SignalRecord
 
@@ -85,10 +86,20 @@ def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
             "committed_usd": _usd(cost.committed_usd),
             "on_demand_equivalent_usd": _usd(cost.on_demand_equivalent_usd),
             "savings_usd": _usd(cost.savings_usd),
+            # a gate that stopped the run: what the run spent up to it (this job and its
+            # upstream steps in the project)
+            "waste_usd": _usd(_run_waste(ctx, job)) if job.state is JobState.GATE_FAILED else None,
         },
         "hold_reason": hold_reason,
         "links": links(job.id),
     }
+
+
+def _run_waste(ctx: ApiContext, job: Job) -> Decimal:
+    """What ``job``'s pipeline run spent up to its failed gate."""
+    jobs = {j.id: j for j in ctx.store.jobs()}
+    ids = wasted_jobs(jobs).get(job.id, {job.id})
+    return sum((e.amount_usd for j in ids for e in ctx.store.ledger(j)), Decimal(0))
 
 
 def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:

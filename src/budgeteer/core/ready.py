@@ -51,7 +51,7 @@ def _satisfied(condition: DependencyCondition, upstream: JobState) -> bool | Non
         return True
     if condition is DependencyCondition.SUCCESS:
         return upstream in _SUCCESS
-    return upstream is JobState.FAILED
+    return upstream in {JobState.FAILED, JobState.GATE_FAILED}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     DEPENDENCY_FAILED = "dependency_failed"
     STOPPED_EARLY = "stopped_early"
+    GATE_FAILED = "gate_failed"  # a validation gate ran and did not pass (not a crash)
 
     @property
     def is_terminal(self) -> bool:
@@ -50,6 +51,7 @@ _TERMINAL = frozenset(
         JobState.CANCELLED,
         JobState.DEPENDENCY_FAILED,
         JobState.STOPPED_EARLY,
+        JobState.GATE_FAILED,
     }
 )
 _PENDING = frozenset({JobState.SUBMITTED, JobState.WAITING, JobState.QUEUED, JobState.HELD})
@@ -160,6 +162,37 @@ class Webhook:
 
 
 @dataclass(frozen=True, slots=True)
+class Gate:
+    """A validation gate: the job passes when its exit code is 0 (``metric`` ``None``), or when
+    its last progress report's ``metric`` is at least ``minimum`` / at most ``maximum``. A gate
+    that does not pass ends the job ``gate_failed``: its dependents never start, and what its
+    pipeline run spent is waste."""
+
+    metric: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def passes(self, value: float | None) -> bool:
+        """Whether ``value`` (the metric's last reported value) passes."""
+        if value is None:
+            return False
+        return (self.minimum is None or value >= self.minimum) and (
+            self.maximum is None or value <= self.maximum
+        )
+
+    def describe(self) -> str:
+        """``auc ≥ 0.81``, ``loss ≤ 0.3``, ``exit code 0``."""
+        if self.metric is None:
+            return "exit code 0"
+        parts = []
+        if self.minimum is not None:
+            parts.append(f"{self.metric} ≥ {self.minimum:g}")
+        if self.maximum is not None:
+            parts.append(f"{self.metric} ≤ {self.maximum:g}")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A retraining job in the queue (or finished), as the decision core reads it.
 
@@ -196,3 +229,4 @@ class Job:
     early_stop: tuple[float, int] | None = None  # (min_delta, patience); off when None
     webhook: Webhook | None = None
     on_deadline_miss: DeadlineMiss = DeadlineMiss.RUN
+    gate: Gate | None = None

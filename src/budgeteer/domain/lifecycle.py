@@ -20,7 +20,9 @@ TRANSITIONS: Mapping[S, frozenset[S]] = {
     S.WAITING: frozenset({S.QUEUED, S.HELD, S.CANCELLED, S.DEPENDENCY_FAILED}),
     S.QUEUED: frozenset({S.WAITING, S.HELD, S.PROVISIONING, S.CANCELLED, S.DEPENDENCY_FAILED}),
     S.HELD: frozenset({S.QUEUED, S.PROVISIONING, S.CANCELLED, S.DEPENDENCY_FAILED}),
-    S.PROVISIONING: frozenset({S.RUNNING, S.QUEUED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
+    S.PROVISIONING: frozenset(
+        {S.RUNNING, S.QUEUED, S.PREEMPTED, S.FAILED, S.CANCELLED, S.GATE_FAILED}
+    ),
     S.RUNNING: frozenset(
         {
             S.CHECKPOINTING,
@@ -30,6 +32,7 @@ TRANSITIONS: Mapping[S, frozenset[S]] = {
             S.FAILED,
             S.CANCELLED,
             S.STOPPED_EARLY,
+            S.GATE_FAILED,
         }
     ),
     S.CHECKPOINTING: frozenset(
@@ -42,6 +45,7 @@ TRANSITIONS: Mapping[S, frozenset[S]] = {
     S.CANCELLED: frozenset(),
     S.DEPENDENCY_FAILED: frozenset(),
     S.STOPPED_EARLY: frozenset(),
+    S.GATE_FAILED: frozenset(),
 }
 
 

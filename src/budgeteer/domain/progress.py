@@ -26,6 +26,8 @@ class ProgressRecord:
     epoch: int | None = None
     #: when the store recorded the report (``None``: read from a progress file)
     at: datetime | None = None
+    #: the record's other finite numbers by name (``auc``, ``val_loss`` …: what gates read)
+    metrics: tuple[tuple[str, float], ...] = ()
 
     @property
     def fraction(self) -> float | None:
@@ -50,7 +52,22 @@ def parse_progress(record: object) -> ProgressRecord:
         if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss)
         else None
     )
-    return ProgressRecord(step, total, usable_loss, _whole(record.get("epoch"), minimum=0))
+    metrics = tuple(
+        (str(k)[:64], float(v))
+        for k, v in list(record.items())[:MAX_METRICS]
+        if isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and k not in _KNOWN
+    )
+    epoch = _whole(record.get("epoch"), minimum=0)
+    return ProgressRecord(step, total, usable_loss, epoch, metrics=metrics)
+
+
+#: The fields read by name; every other finite number is a metric.
+_KNOWN = frozenset({"step", "total_steps", "epoch"})
+#: At most this many fields of a record are looked at for metrics.
+MAX_METRICS = 64
 
 
 def parse_progress_line(line: str) -> ProgressRecord | None:

@@ -20,7 +20,7 @@ as it was for the next cycle: the other attempts are reconciled all the same.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -112,6 +112,7 @@ class Reconciler:
         self._trends: dict[int, Trend] = {}  # progress seen, per live attempt
         #: each live attempt's first and last progress, at the reports' own times (speeds)
         self._span: dict[int, tuple[Sample, Sample]] = {}
+        self._metrics: dict[int, dict[str, float]] = {}  # each live attempt's last metrics
         self._losses: dict[int, list[float]] = {}
 
     # -- after a restart ------------------------------------------------------------------
@@ -189,7 +190,9 @@ class Reconciler:
         self.store.end_attempt(
             aid, at=until, exit_reason=f"{status.state.value}: {status.reason}", outcome=outcome
         )
-        self._finish(job, outcome, status.reason, until)
+        if job.gate is not None:
+            self._observe(live, now)  # the reports written just before it exited
+        self._finish(job, outcome, status.reason, until, self._metrics.pop(aid, {}))
         self.live.remove(aid)
         self.stopping.pop(aid, None)
         self._trends.pop(aid, None)
@@ -213,9 +216,18 @@ class Reconciler:
         self.on_attempt_end(job)  # its spend and capacity changed
         report.finished.append((job.id, status.state))
 
-    def _finish(self, job: Job, outcome: AttemptOutcome, reason: str, at: datetime) -> None:
+    def _finish(
+        self,
+        job: Job,
+        outcome: AttemptOutcome,
+        reason: str,
+        at: datetime,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
         """Move the job as the attempt's ``outcome`` says (steps already taken are skipped, so
-        a second try after a store error goes on from where the first stopped)."""
+        a second try after a store error goes on from where the first stopped). A job with a
+        validation gate that does not pass — its metric (from ``metrics``, the attempt's last
+        reported values) out of bounds, or its exit code non-zero — ends ``gate_failed``."""
         job = self.store.job(job.id)
         if job.state.is_terminal or job.state is S.QUEUED:
             return  # recorded by an earlier try
@@ -226,7 +238,13 @@ class Reconciler:
         ran: tuple[tuple[JobState, str], ...] = ()
         if job.state is S.PROVISIONING and outcome is not AttemptOutcome.PREEMPTED:
             ran = ((S.RUNNING, "instance ran"),)
-        if outcome is AttemptOutcome.SUCCEEDED:
+        failed_gate = _gate_failure(job, outcome, reason, metrics or {})
+        if failed_gate is not None:
+            self._move(job, *ran, (S.GATE_FAILED, failed_gate), at=at)
+        elif outcome is AttemptOutcome.SUCCEEDED:
+            if job.gate is not None and job.gate.metric is not None:
+                value = (metrics or {})[job.gate.metric]
+                reason = f"{reason}; gate passed: {job.gate.metric} = {value:g}".lstrip("; ")
             self._move(job, *ran, (S.SUCCEEDED, reason), at=at)
         elif outcome is AttemptOutcome.FAILED:
             failures = sum(a.outcome is AttemptOutcome.FAILED for a in self.store.attempts(job.id))
@@ -275,6 +293,8 @@ class Reconciler:
         for record in records:
             if record.loss is not None:
                 self._losses.setdefault(aid, []).append(record.loss)
+            if record.metrics:
+                self._metrics.setdefault(aid, {}).update(record.metrics)
             step, total = record.step, record.total_steps
             if (
                 step is not None
@@ -331,3 +351,27 @@ class Reconciler:
             else:
                 self.stopping.setdefault(live.attempt.id, AttemptOutcome.SHUTDOWN)
                 self.backend.stop(live.handle, SHUTDOWN_REASON)
+
+
+def _gate_failure(
+    job: Job, outcome: AttemptOutcome, reason: str, metrics: Mapping[str, float]
+) -> str | None:
+    """Why the job's gate did not pass (``None``: no gate, it passed, or it did not run to an
+    end a gate judges: preempted, stopped …)."""
+    gate = job.gate
+    if gate is None:
+        return None
+    if gate.metric is None:
+        return (
+            f"gate failed ({gate.describe()}): {reason}"
+            if outcome is AttemptOutcome.FAILED
+            else None
+        )
+    if outcome is not AttemptOutcome.SUCCEEDED:
+        return None
+    value = metrics.get(gate.metric)
+    if value is None:
+        return f"gate failed: no {gate.metric} reported (needs {gate.describe()})"
+    if not gate.passes(value):
+        return f"gate failed: {gate.metric} = {value:g}, needs {gate.describe()}"
+    return None

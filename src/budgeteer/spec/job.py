@@ -29,6 +29,7 @@ from budgeteer.domain.job import (
     DeadlineMiss,
     Dependency,
     DependencyCondition,
+    Gate,
     Job,
     Resources,
     SpotSettings,
@@ -198,6 +199,26 @@ class EarlyStopSpec(_Strict):
     patience: Annotated[int, Field(ge=1, le=10_000)]
 
 
+class GateSpec(_Strict):
+    """A validation gate: ``exit_code: true`` (passes on exit 0), or a ``metric`` of the last
+    progress report with ``min`` and/or ``max``."""
+
+    exit_code: bool = False
+    metric: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")] | None = None
+    min: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    max: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> GateSpec:
+        if self.exit_code == (self.metric is not None):
+            raise ValueError("give exit_code: true, or a metric with min and/or max")
+        if self.metric is not None and self.min is None and self.max is None:
+            raise ValueError("a metric gate needs min and/or max")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min is above max: no value could pass")
+        return self
+
+
 class WebhookSpec(_Strict):
     """POST the job's terminal state and deadline risk to ``url`` (http or https), signed with
     ``secret`` when given (header ``Budgeteer-Signature: sha256=<hex HMAC of the body>``)."""
@@ -240,6 +261,7 @@ class JobSpec(_Strict):
     retries: Annotated[int, Field(ge=0, le=100)] = 0
     webhook: WebhookSpec | None = None
     on_deadline_miss: Literal["run", "cancel"] = "run"
+    gate: GateSpec | None = None
 
     @field_validator("sla")
     @classmethod
@@ -365,6 +387,7 @@ def job_from_spec(
         else None,
         webhook=Webhook(spec.webhook.url, spec.webhook.secret) if spec.webhook else None,
         on_deadline_miss=DeadlineMiss(spec.on_deadline_miss),
+        gate=None if spec.gate is None else Gate(spec.gate.metric, spec.gate.min, spec.gate.max),
     )
 
 

@@ -10,6 +10,7 @@ from budgeteer.domain.job import (
     DeadlineMiss,
     Dependency,
     DependencyCondition,
+    Gate,
     Job,
     JobState,
     Resources,
@@ -63,6 +64,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "early_stop": list(job.early_stop) if job.early_stop else None,
         "webhook": {"url": job.webhook.url, "secret": job.webhook.secret} if job.webhook else None,
         "on_deadline_miss": job.on_deadline_miss.value,
+        "gate": (
+            [job.gate.metric, job.gate.minimum, job.gate.maximum] if job.gate is not None else None
+        ),
     }
 
 
@@ -113,4 +117,5 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         if d.get("webhook")
         else None,
         on_deadline_miss=DeadlineMiss(d.get("on_deadline_miss", "run")),
+        gate=Gate(*d["gate"]) if d.get("gate") else None,
     )
