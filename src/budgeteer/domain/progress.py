@@ -65,7 +65,7 @@ def parse_progress(record: object) -> ProgressRecord:
 
 
 #: The fields read by name; every other finite number is a metric.
-_KNOWN = frozenset({"step", "total_steps", "epoch"})
+_KNOWN = frozenset({"step", "total_steps", "epoch", "at"})
 #: At most this many fields of a record are looked at for metrics.
 MAX_METRICS = 64
 
