@@ -198,3 +198,51 @@ def test_waste_shows_in_the_job_view_the_metrics_and_the_dashboard(tmp_path: Pat
         assert 'id="waste">$3.75' in page
     finally:
         w.store.close()
+
+
+def test_the_pipeline_budget_view_gives_each_step_the_total_and_the_waste(tmp_path: Path) -> None:
+    from api_world import bill, job_spec, make_world  # noqa: PLC0415
+
+    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
+    try:
+        g = w.auth(w.growth)
+        body = {
+            "name": "recs",
+            "jobs": [
+                job_spec("train"),
+                {
+                    **job_spec("validate"),
+                    "depends_on": [{"job": "train"}],
+                    "gate": {"exit_code": True},
+                },
+                {**job_spec("package"), "depends_on": [{"job": "validate"}]},
+            ],
+        }
+        ids = {
+            n: h["id"]
+            for n, h in w.http.post("/v1/pipelines", json=body, headers=g).json()["jobs"].items()
+        }
+        now = w.clock.now()
+        for name, usd, end in (
+            ("train", "3.50", JobState.SUCCEEDED),
+            ("validate", "0.25", JobState.GATE_FAILED),
+        ):
+            for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING, end):
+                w.store.transition(ids[name], state, at=now, cause="test")
+            bill(w, ids[name], usd)
+        view = w.http.get("/v1/pipelines/recs", headers=g).json()
+        steps = {s["name"]: s for s in view["steps"]}
+        assert (steps["validate"]["state"], steps["validate"]["gate"]) == (
+            "gate_failed",
+            "exit code 0",
+        )
+        assert Decimal(steps["train"]["cost_usd"]) == Decimal("3.50")
+        assert Decimal(steps["package"]["cost_usd"]) == 0
+        assert (Decimal(view["cost_usd"]), Decimal(view["waste_usd"])) == (
+            Decimal("3.75"),
+            Decimal("3.75"),
+        )
+        assert w.http.get("/v1/pipelines/recs", headers=w.auth(w.search)).status_code == 404
+        assert w.http.get("/v1/pipelines/nope", headers=g).status_code == 404
+    finally:
+        w.store.close()

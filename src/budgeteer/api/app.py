@@ -15,7 +15,7 @@ from fastapi import FastAPI, Header, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from budgeteer.api import admin, budgets, dashboard, jobs, signals
+from budgeteer.api import admin, budgets, dashboard, jobs, pipelines, signals
 from budgeteer.api.auth import authenticate
 from budgeteer.api.context import ApiContext
 from budgeteer.api.metrics import registry
@@ -125,6 +125,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(dashboard.router)
     app.include_router(signals.router)
+    app.include_router(pipelines.router)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(
