@@ -159,34 +159,40 @@ def test_an_exit_code_gate_fails_as_a_gate_not_as_a_crash(tmp_path: Path, job_py
     assert states["package"] is JobState.DEPENDENCY_FAILED
 
 
+def _failed_run(w: Any, gate: dict[str, Any]) -> dict[str, str]:
+    """A pipeline recs: train ($3.50, succeeded) → validate ($0.25, its gate failed) →
+    package (never started); the step ids by name."""
+    from api_world import bill, job_spec  # noqa: PLC0415
+
+    body = {
+        "name": "recs",
+        "jobs": [
+            job_spec("train"),
+            {**job_spec("validate"), "depends_on": [{"job": "train"}], "gate": gate},
+            {**job_spec("package"), "depends_on": [{"job": "validate"}]},
+        ],
+    }
+    r = w.http.post("/v1/pipelines", json=body, headers=w.auth(w.growth))
+    assert r.status_code == 201, r.text
+    ids = {name: h["id"] for name, h in r.json()["jobs"].items()}
+    now = w.clock.now()
+    for name, usd, end in (
+        ("train", "3.50", JobState.SUCCEEDED),
+        ("validate", "0.25", JobState.GATE_FAILED),
+    ):
+        for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING, end):
+            w.store.transition(ids[name], state, at=now, cause="test")
+        bill(w, ids[name], usd)
+    return ids
+
+
 def test_waste_shows_in_the_job_view_the_metrics_and_the_dashboard(tmp_path: Path) -> None:
-    from api_world import ADMIN, bill, job_spec, make_world  # noqa: PLC0415
+    from api_world import ADMIN, make_world  # noqa: PLC0415
 
     w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
     try:
         g = w.auth(w.growth)
-        body = {
-            "name": "recs",
-            "jobs": [
-                job_spec("train"),
-                {
-                    **job_spec("validate"),
-                    "depends_on": [{"job": "train"}],
-                    "gate": {"metric": "auc", "min": 0.81},
-                },
-            ],
-        }
-        r = w.http.post("/v1/pipelines", json=body, headers=g)
-        assert r.status_code == 201, r.text
-        ids = {name: h["id"] for name, h in r.json()["jobs"].items()}
-        now = w.clock.now()
-        for name, usd, end in (
-            ("train", "3.50", JobState.SUCCEEDED),
-            ("validate", "0.25", JobState.GATE_FAILED),
-        ):
-            for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING, end):
-                w.store.transition(ids[name], state, at=now, cause="test")
-            bill(w, ids[name], usd)
+        ids = _failed_run(w, {"metric": "auc", "min": 0.81})
         view = w.http.get(f"/v1/jobs/{ids['validate']}", headers=g).json()
         assert view["state"] == "gate_failed"
         assert Decimal(view["cost"]["waste_usd"]) == Decimal("3.75")
@@ -201,35 +207,12 @@ def test_waste_shows_in_the_job_view_the_metrics_and_the_dashboard(tmp_path: Pat
 
 
 def test_the_pipeline_budget_view_gives_each_step_the_total_and_the_waste(tmp_path: Path) -> None:
-    from api_world import bill, job_spec, make_world  # noqa: PLC0415
+    from api_world import make_world  # noqa: PLC0415
 
     w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
     try:
         g = w.auth(w.growth)
-        body = {
-            "name": "recs",
-            "jobs": [
-                job_spec("train"),
-                {
-                    **job_spec("validate"),
-                    "depends_on": [{"job": "train"}],
-                    "gate": {"exit_code": True},
-                },
-                {**job_spec("package"), "depends_on": [{"job": "validate"}]},
-            ],
-        }
-        ids = {
-            n: h["id"]
-            for n, h in w.http.post("/v1/pipelines", json=body, headers=g).json()["jobs"].items()
-        }
-        now = w.clock.now()
-        for name, usd, end in (
-            ("train", "3.50", JobState.SUCCEEDED),
-            ("validate", "0.25", JobState.GATE_FAILED),
-        ):
-            for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING, end):
-                w.store.transition(ids[name], state, at=now, cause="test")
-            bill(w, ids[name], usd)
+        _failed_run(w, {"exit_code": True})
         view = w.http.get("/v1/pipelines/recs", headers=g).json()
         steps = {s["name"]: s for s in view["steps"]}
         assert (steps["validate"]["state"], steps["validate"]["gate"]) == (

@@ -13,12 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from budgeteer.api.deps import Ctx, Person
 from budgeteer.api.problems import Problem, spec_problem
-from budgeteer.api.views import finite, signal_view
+from budgeteer.api.views import signal_view
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.triggers.apply import carry_out, model_job, open_retrain, record
 from budgeteer.triggers.degradation import PageHinkley, detections
 from budgeteer.triggers.drift import FeatureDrift, compare
 from budgeteer.triggers.policy import Level, TriggerPolicy, decide
+from budgeteer.triggers.view import outcome_view
 
 router = APIRouter(prefix="/v1", tags=["signals"])
 #: signals of one process are decided one at a time (one open retrain per model)
@@ -108,24 +109,7 @@ def post_signal(body: SignalBody, ctx: Ctx, who: Person, response: Response) -> 
     except (SpecError, SpecErrors) as exc:
         raise spec_problem(exc) from None
     response.status_code = 201 if job_id else 200
-    return {
-        "model": body.model,
-        "kind": body.kind,
-        "signals": [
-            {"feature": d.feature, "psi": finite(d.psi), "ks": finite(d.ks), "js": finite(d.js)}
-            for d in drift
-        ],
-        "severity": level.name if level is not None else "none",
-        "decision": {
-            "action": decision.action,
-            "job_id": job_id,
-            "priority": decision.priority,
-            "variant": decision.variant,
-            "deadline": decision.deadline.isoformat() if decision.deadline else None,
-            "replaces": decision.replaces,
-            "reason": decision.reason,
-        },
-    }
+    return {"kind": body.kind} | outcome_view(body.model, drift, severity, decision, job_id)
 
 
 def _degraded(policy: TriggerPolicy, body: SignalBody) -> Level | None:

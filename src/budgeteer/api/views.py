@@ -3,7 +3,6 @@ budget status, from a pure plan of the current snapshot)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -18,6 +17,7 @@ from budgeteer.ledger.accounting import job_cost
 from budgeteer.ledger.waste import wasted_jobs
 from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
 from budgeteer.store import Attempt, ProgressReport, SignalRecord
+from budgeteer.triggers.view import finite
 
 PARKED = {JobState.HELD, JobState.WAITING}
 
@@ -124,11 +124,6 @@ def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
             "accelerators_per_instance": offering.accelerators_per_instance,
         }
     return out
-
-
-def finite(x: float | None) -> float | None:
-    """``x`` rounded to 6 places, or ``None`` for nothing or a non-finite number."""
-    return None if x is None or not math.isfinite(x) else round(x, 6)
 
 
 def signal_view(r: SignalRecord) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,7 @@ from budgeteer.triggers.apply import carry_out, model_job, open_retrain, record
 from budgeteer.triggers.drift import DEFAULT_BINS, compare
 from budgeteer.triggers.policy import decide, load_policy
 from budgeteer.triggers.tables import read_table
+from budgeteer.triggers.view import outcome_view
 
 
 @app.command("trigger")
@@ -52,32 +53,7 @@ def trigger_command(
     except BudgeteerError as exc:
         fail(exc)
         return
-    out: dict[str, Any] = {
-        "model": model,
-        "signals": [
-            {
-                "feature": d.feature,
-                "kind": d.kind,
-                "psi": round(d.psi, 6),
-                "ks": None if d.ks is None else round(d.ks, 6),
-                "ks_pvalue": d.ks_pvalue,
-                "js": round(d.js, 6),
-                "n_reference": d.n_reference,
-                "n_current": d.n_current,
-            }
-            for d in drift
-        ],
-        "severity": level.name if level is not None else "none",
-        "decision": {
-            "action": decision.action,
-            "job_id": job_id,
-            "priority": decision.priority,
-            "variant": decision.variant,
-            "deadline": decision.deadline.isoformat() if decision.deadline else None,
-            "replaces": decision.replaces,
-            "reason": decision.reason,
-        },
-    }
+    out = outcome_view(model, drift, severity, decision, job_id)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
