@@ -39,6 +39,11 @@ def _flags_without_a_type() -> None:
 _flags_without_a_type()
 
 
+def comma_names(text: str) -> list[str]:
+    """The names of a comma-separated option (``--policies a, b``), blanks dropped."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def fail(exc: BudgeteerError) -> None:
     """Print every problem in ``exc`` on its own line and exit with status 2."""
     problems = exc.errors if isinstance(exc, SpecErrors) else (exc,)

@@ -24,7 +24,7 @@ from budgeteer.catalog import bundled_catalog_dir, load_catalog
 from budgeteer.catalog.feeds import AZURE_URL, GCP_URL
 from budgeteer.catalog.live import FeedSettings, fetch_quotes
 from budgeteer.catalog.quotes import FeedError, apply_quotes
-from budgeteer.cli import app, fail
+from budgeteer.cli import app, comma_names, fail
 from budgeteer.errors import BudgeteerError, SpecError
 
 catalog_app = typer.Typer(help="The price catalog.", no_args_is_help=True)
@@ -95,7 +95,7 @@ def refresh_command(
 
 
 def _names(option: str, text: str, allowed: Sequence[str] | None) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = comma_names(text)
     if not names:
         raise SpecError(option, "give at least one")
     if allowed is not None:

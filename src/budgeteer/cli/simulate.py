@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from budgeteer.cli import app, fail
+from budgeteer.cli import app, comma_names, fail
 from budgeteer.errors import BudgeteerError, SpecError
 
 
@@ -38,11 +38,7 @@ def simulate_command(
     from budgeteer.sim.policies import POLICY_NAMES, SELECTABLE  # noqa: PLC0415
     from budgeteer.sim.scenario import build, load_scenario  # noqa: PLC0415
 
-    names = (
-        list(POLICY_NAMES)
-        if policies.strip() == "all"
-        else [p.strip() for p in policies.split(",") if p.strip()]
-    )
+    names = list(POLICY_NAMES) if policies.strip() == "all" else comma_names(policies)
     unknown = [n for n in names if n not in SELECTABLE]
     try:
         if unknown or not names:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from budgeteer.cli import bench_app, fail
+from budgeteer.cli import bench_app, comma_names, fail
 from budgeteer.core.spot import POLICY_NAMES, Market, RunResult, SpotJob, run_policy
 from budgeteer.domain.trace import SpotTrace
 from budgeteer.errors import BudgeteerError, SpecError
@@ -198,7 +198,7 @@ def deadline_spot_suite(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """All single-node traces × C/R ∈ {0.9, 0.8, 0.67, 0.5}, C = 48 h, 20 seeded starts each."""
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    names = comma_names(policies)
     try:
         bad = [n for n in names if n not in POLICY_NAMES]
         if bad:
