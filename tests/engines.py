@@ -27,7 +27,8 @@ from budgeteer.clock import SystemClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler import Driver, Scheduler
-from budgeteer.spec.job import JobSpec, jobs_from_specs
+from budgeteer.spec.batch import jobs_from_specs
+from budgeteer.spec.job import JobSpec
 from budgeteer.store import Attempt, SqlStore
 from budgeteer.store.leader import LocalLeaderLock
 from test_cli import budgeteer

@@ -17,7 +17,9 @@ import yaml
 from budgeteer.domain.job import Gate, JobState
 from budgeteer.errors import SpecErrors
 from budgeteer.ledger.waste import spend_by_job, waste_usd, wasted_jobs
+from budgeteer.spec.batch import jobs_from_specs
 from budgeteer.spec.job import JobSpec
+from builders import NOW
 
 PY = sys.executable
 
@@ -48,6 +50,60 @@ def test_bad_gates_are_refused(gate: dict[str, Any]) -> None:
     with pytest.raises(SpecErrors) as err:
         JobSpec.parse(spec)
     assert any(e.field.startswith("gate") for e in err.value.errors)
+
+
+def _steps(*extra: dict[str, Any]) -> list[JobSpec]:
+    base = {"team": "t", "work": {"reference_hours": 1}}
+    steps = [
+        {**base, "name": "train"},
+        {
+            **base,
+            "name": "auc",
+            "gate": {"metric": "auc", "min": 0.8},
+            "depends_on": [{"job": "train"}],
+        },
+        {**base, "name": "bias", "gate": {"exit_code": True}, "depends_on": [{"job": "train"}]},
+        *extra,
+    ]
+    return [JobSpec.parse(s) for s in steps]
+
+
+def test_a_promotion_step_waits_for_every_gate_of_its_batch() -> None:
+    promote = {"name": "ship", "team": "t", "work": {"reference_hours": 1}, "promote": True}
+    jobs = {j.id: j for j in jobs_from_specs(_steps(promote), now=NOW, known_accelerators=[])}
+    assert {(d.job, d.on.value) for d in jobs["ship"].depends_on} == {
+        ("auc", "success"),
+        ("bias", "success"),
+    }
+    assert jobs["ship"].promote
+    assert not jobs["auc"].promote
+    # its own dependencies stay; a gate it already names is not added twice
+    named = {**promote, "depends_on": [{"job": "train", "on": "any"}, {"job": "auc"}]}
+    [*_, ship] = jobs_from_specs(_steps(named), now=NOW, known_accelerators=[])
+    assert sorted((d.job, d.on.value) for d in ship.depends_on) == [
+        ("auc", "success"),
+        ("bias", "success"),
+        ("train", "any"),
+    ]
+
+
+def test_bad_promotion_steps_are_refused() -> None:
+    lone = [JobSpec.parse({"name": "a", "team": "t", "work": {"reference_hours": 1}})]
+    lone.append(lone[0].model_copy(update={"name": "ship", "promote": True}))
+    with pytest.raises(SpecErrors) as err:
+        jobs_from_specs(lone, now=NOW, known_accelerators=[])
+    [e] = err.value.errors
+    assert (e.field, "no validation gate" in e.problem) == ("jobs[1].promote", True)
+    gate_and_promote = {"metric": "auc", "min": 0.5}
+    with pytest.raises(SpecErrors, match="promotion step cannot be a gate"):
+        JobSpec.parse(
+            {"name": "x", "team": "t", "work": {"reference_hours": 1}, "promote": True}
+            | {"gate": gate_and_promote}
+        )
+    # alone (POST /v1/jobs), a promotion step waits for what its depends_on names
+    [alone] = jobs_from_specs(lone[1:], now=NOW, known_accelerators=[], single=True)
+    assert alone.promote
+    assert alone.depends_on == ()
 
 
 def _budgeteer(*args: str) -> subprocess.CompletedProcess[str]:
@@ -87,6 +143,13 @@ def _pipeline(tmp_path: Path, python: str, auc: float, validate_exit: int = 0) -
             "command": [python, "-c", "print('shipped')"],
             "depends_on": [{"job": "validate"}],
         },
+        {  # names only features: waits for the gate because it promotes
+            **step,
+            "name": "publish",
+            "command": [python, "-c", "print('promoted')"],
+            "depends_on": [{"job": "features"}],
+            "promote": True,
+        },
     ]
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(jobs))
@@ -124,9 +187,11 @@ def test_a_gate_below_its_metric_stops_the_pipeline_and_its_spend_is_waste(
         "train": JobState.SUCCEEDED,
         "validate": JobState.GATE_FAILED,
         "package": JobState.DEPENDENCY_FAILED,
+        "publish": JobState.DEPENDENCY_FAILED,
     }
     by_name = {j.name: j for j in store.jobs()}
     assert store.attempts(by_name["package"].id) == []  # downstream never started
+    assert store.attempts(by_name["publish"].id) == []  # nothing promoted
     cause = store.events(by_name["validate"].id)[-1].cause
     assert "gate failed: auc = 0.78, needs auc ≥ 0.81" in cause
     # waste: the run up to the gate — recomputed from the ledger of those three steps
@@ -145,7 +210,12 @@ def test_a_gate_below_its_metric_stops_the_pipeline_and_its_spend_is_waste(
 def test_a_gate_that_passes_lets_the_pipeline_finish(tmp_path: Path, job_python: str) -> None:
     cfg = _pipeline(tmp_path, job_python, auc=0.84)
     store = _store(cfg)
-    assert {j.name: j.state for j in store.jobs()}["package"] is JobState.SUCCEEDED
+    states = {j.name: j.state for j in store.jobs()}
+    assert states["package"] is states["publish"] is JobState.SUCCEEDED
+    publish = next(j for j in store.jobs() if j.name == "publish")
+    validate_id = next(j.id for j in store.jobs() if j.name == "validate")
+    started = store.attempts(publish.id)[0].started_at
+    assert started >= store.events(validate_id)[-1].at  # promoted only after the gate passed
     validate = next(j for j in store.jobs() if j.name == "validate")
     assert "gate passed: auc = 0.84" in store.events(validate.id)[-1].cause
     jobs = {j.id: j for j in store.jobs()}

@@ -164,3 +164,23 @@ def test_a_failing_receiver_is_tried_eight_times_then_given_up(
     assert len(receiver.got) == 8  # eight tries, then given up with the last error
     assert store.webhooks("churn")[0].last_error == "HTTP 500"
     assert waits == [30.0 * 2**k for k in range(7)]  # 30 s doubling between them
+
+
+def test_a_promotion_step_that_succeeds_announces_promoted(store: Store) -> None:
+    for name, end in (("ship", S.SUCCEEDED), ("ship-failed", S.FAILED)):
+        job = dataclasses.replace(
+            make_job(name), webhook=Webhook("http://127.0.0.1:9/hook"), promote=True
+        )
+        store.submit([job], at=NOW)
+        for state in (S.QUEUED, S.PROVISIONING, S.RUNNING, end):
+            store.transition(name, state, at=NOW, cause="test")
+    notifier = Notifier(store, ManualClock(NOW), allow_private=True)
+    assert notifier.scan() == 3  # terminal twice, promoted once
+    assert notifier.scan() == 0
+    kinds = {(w.job_id, w.kind) for n in ("ship", "ship-failed") for w in store.webhooks(n)}
+    assert kinds == {("ship", "terminal"), ("ship", "promoted"), ("ship-failed", "terminal")}
+    [promoted] = [w for w in store.webhooks("ship") if w.kind == "promoted"]
+    assert (promoted.payload["event"], promoted.payload["job"]["state"]) == (
+        "promoted",
+        "succeeded",
+    )

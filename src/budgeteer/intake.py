@@ -1,6 +1,6 @@
 """One submit path, for the API and the CLI alike: job specs → jobs → the store.
 
-The specs are converted as one batch (:func:`~budgeteer.spec.job.jobs_from_specs`: names are
+The specs are converted as one batch (:func:`~budgeteer.spec.batch.jobs_from_specs`: names are
 ids within the batch, dependencies on the batch or on ``existing`` jobs, cycles rejected with
 the cycle named), numbered with sequence numbers that come after every job already stored
 (they order ties), given their final ids (``ids``: the API makes them unique; a file keeps its
@@ -16,7 +16,8 @@ from typing import Any
 
 from budgeteer.domain.job import Job
 from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.spec.job import JobSpec, jobs_from_specs
+from budgeteer.spec.batch import jobs_from_specs
+from budgeteer.spec.job import JobSpec
 from budgeteer.store.base import Store, Submission, SubmitRequest
 
 #: Why a spec without a command is refused.

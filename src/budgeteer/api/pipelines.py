@@ -10,6 +10,7 @@ from fastapi import APIRouter
 
 from budgeteer.api.deps import Ctx, Person
 from budgeteer.api.problems import Problem
+from budgeteer.domain.job import JobState
 from budgeteer.ledger.waste import spend_by_job, waste_usd
 
 router = APIRouter(prefix="/v1", tags=["pipelines"])
@@ -32,10 +33,13 @@ def pipeline_budget(project: str, ctx: Ctx, who: Person) -> dict[str, Any]:
                 "name": j.name,
                 "state": j.state.value,
                 "gate": None if j.gate is None else j.gate.describe(),
+                "promote": j.promote,
                 "cost_usd": str(spent.get(j.id, Decimal(0))),
             }
             for j in jobs
         ],
         "cost_usd": str(sum(spent.values(), Decimal(0))),
         "waste_usd": str(waste_usd(everyone, spent)),
+        # a promotion step ran after every gate passed
+        "promoted": any(j.promote and j.state is JobState.SUCCEEDED for j in jobs),
     }

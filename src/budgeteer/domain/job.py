@@ -203,7 +203,9 @@ class Job:
     reasons (a non-zero exit, not a preemption) is tried again. ``webhook`` is where to POST its
     terminal state and deadline risk (and the secret that signs the posts), when set.
     ``on_deadline_miss`` says whether a job that can no longer meet its deadline runs late or is
-    cancelled once the deadline has passed.
+    cancelled once the deadline has passed. ``promote`` marks a pipeline's promotion step: it
+    starts only after every validation gate of its pipeline passed, and its success is announced
+    to its webhook as ``promoted``.
     """
 
     id: str
@@ -230,3 +232,4 @@ class Job:
     webhook: Webhook | None = None
     on_deadline_miss: DeadlineMiss = DeadlineMiss.RUN
     gate: Gate | None = None
+    promote: bool = False

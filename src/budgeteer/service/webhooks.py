@@ -1,9 +1,10 @@
 """Webhooks: tell a job's ``webhook.url`` when it ends and when its deadline is at risk.
 
 An outbox: :meth:`Notifier.scan` derives what is due from the store (a job with a webhook in a
-terminal state → ``terminal``; running with its ETA past the deadline less the margin →
-``deadline_risk``) and queues it once per job and kind (``Store.enqueue_webhook``), so nothing is
-lost or sent twice across restarts whatever code path ended the job. :meth:`Notifier.deliver`
+terminal state → ``terminal``, and a promotion step that succeeded → ``promoted`` as well;
+running with its ETA past the deadline less the margin → ``deadline_risk``) and queues it once
+per job and kind (``Store.enqueue_webhook``), so nothing is lost or sent twice across restarts
+whatever code path ended the job. :meth:`Notifier.deliver`
 POSTs what is due as JSON — signed with the job's secret in ``Budgeteer-Signature:
 sha256=<hex HMAC-SHA256 of the body>`` when it has one — and retries failures (any non-2xx or
 network error) with exponential backoff: 30 s doubling, 8 tries, then gives up with the error
@@ -71,10 +72,12 @@ class Notifier:
                 kind = "terminal"
             elif job.state is JobState.RUNNING and self._at_risk(job):
                 kind = "deadline_risk"
-            if kind is not None and self.store.enqueue_webhook(
-                job.id, kind, self._payload(job, kind, now), at=now
-            ):
-                queued += 1
+            kinds = [kind] if kind is not None else []
+            if job.promote and job.state is JobState.SUCCEEDED:
+                kinds.append("promoted")  # every gate of its pipeline passed and it ran
+            for k in kinds:
+                if self.store.enqueue_webhook(job.id, k, self._payload(job, k, now), at=now):
+                    queued += 1
         return queued
 
     def deliver(self) -> int:

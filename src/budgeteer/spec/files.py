@@ -17,9 +17,10 @@ from pydantic import ValidationError
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import Job
 from budgeteer.errors import SpecError, SpecErrors
+from budgeteer.spec.batch import jobs_from_specs
 from budgeteer.spec.budget import BudgetSpec, SpendSpec, budget_from_spec, spend_from_spec
 from budgeteer.spec.errors import spec_errors
-from budgeteer.spec.job import JobSpec, jobs_from_specs
+from budgeteer.spec.job import JobSpec
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _T = TypeVar("_T")

@@ -23,7 +23,6 @@ from pydantic import (
     model_validator,
 )
 
-from budgeteer.core.ready import find_cycle
 from budgeteer.domain.job import (
     DataSource,
     DeadlineMiss,
@@ -38,7 +37,7 @@ from budgeteer.domain.job import (
     Work,
 )
 from budgeteer.domain.tier import Tier
-from budgeteer.errors import CycleError, SpecError, SpecErrors
+from budgeteer.errors import SpecError
 from budgeteer.spec.errors import spec_errors
 
 Name = Annotated[
@@ -262,6 +261,7 @@ class JobSpec(_Strict):
     webhook: WebhookSpec | None = None
     on_deadline_miss: Literal["run", "cancel"] = "run"
     gate: GateSpec | None = None
+    promote: bool = False
 
     @field_validator("sla")
     @classmethod
@@ -276,6 +276,8 @@ class JobSpec(_Strict):
             raise ValueError("give deadline or sla, not both")
         if self.work is None and self.strategy is None:
             raise ValueError("give work (or strategy with full_reference_hours)")
+        if self.promote and self.gate is not None:
+            raise ValueError("a promotion step cannot be a gate (give promote or gate)")
         return self
 
     @classmethod
@@ -388,6 +390,7 @@ def job_from_spec(
         webhook=Webhook(spec.webhook.url, spec.webhook.secret) if spec.webhook else None,
         on_deadline_miss=DeadlineMiss(spec.on_deadline_miss),
         gate=None if spec.gate is None else Gate(spec.gate.metric, spec.gate.min, spec.gate.max),
+        promote=spec.promote,
     )
 
 
@@ -429,62 +432,3 @@ def _work(spec: JobSpec, known: Sequence[str], p: str, source: str | None) -> Wo
         steps=spec.work.steps,
         steps_per_hour_on=tuple(zip(names, rates.values(), strict=True)),
     )
-
-
-def jobs_from_specs(
-    specs: Sequence[JobSpec],
-    *,
-    now: datetime,
-    known_accelerators: Sequence[str],
-    existing: Mapping[str, str] | None = None,
-    first_seq: int = 0,
-    source: str | None = None,
-    positions: Sequence[int] | None = None,
-    single: bool = False,
-) -> list[Job]:
-    """Convert a batch (a file, a pipeline) of specs; names are the job ids within the batch.
-    With ``single`` (one job submitted alone) error paths name the spec's fields directly
-    (``sla``), not ``jobs[0].sla``.
-
-    Dependencies may name a job of the batch or an ``existing`` job (name → id). Duplicate
-    names and dependency cycles are rejected, the cycle named. Every error found is reported;
-    ``positions`` gives each spec's index in its file (for error paths) when some were dropped.
-    """
-    where = list(positions) if positions is not None else list(range(len(specs)))
-
-    def prefix(i: int) -> str:
-        return "" if single else f"jobs[{where[i]}]"
-
-    errors: list[SpecError] = []
-    ids: dict[str, str] = dict(existing or {})
-    for i, spec in enumerate(specs):
-        if spec.name in ids and spec.name not in (existing or {}):
-            errors.append(
-                SpecError(
-                    f"{prefix(i)}.name".lstrip("."), f"duplicate job name {spec.name!r}", source
-                )
-            )
-        ids[spec.name] = spec.name
-    jobs: list[Job] = []
-    for i, spec in enumerate(specs):
-        try:
-            jobs.append(
-                job_from_spec(
-                    spec,
-                    job_id=spec.name,
-                    now=now,
-                    seq=first_seq + i,
-                    known_accelerators=known_accelerators,
-                    dependency_ids=ids,
-                    source=source,
-                    prefix=prefix(i),
-                )
-            )
-        except SpecError as exc:
-            errors.append(exc)
-    if errors:
-        raise SpecErrors(errors)
-    cycle = find_cycle({job.id: [d.job for d in job.depends_on] for job in jobs})
-    if cycle:
-        raise CycleError(cycle, source)
-    return jobs

@@ -67,6 +67,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "gate": (
             [job.gate.metric, job.gate.minimum, job.gate.maximum] if job.gate is not None else None
         ),
+        "promote": job.promote,
     }
 
 
@@ -118,4 +119,5 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
         else None,
         on_deadline_miss=DeadlineMiss(d.get("on_deadline_miss", "run")),
         gate=Gate(*d["gate"]) if d.get("gate") else None,
+        promote=bool(d.get("promote", False)),
     )
