@@ -7,7 +7,11 @@ STAMP := $(VENV)/.installed
 DEMO_AT ?= 2026-12-02T09:00:00Z
 DEMO_ARGS ?=
 
-.PHONY: demo plan-demo test lint types unit bench bench-spot bench-api bench-sim constraints clean
+ORCH := .venv-orchestrators
+ORCH_STAMP := $(ORCH)/.installed
+
+.PHONY: demo plan-demo test lint types unit orchestrators bench bench-spot bench-api bench-sim \
+	constraints constraints-orchestrators clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,17 +29,31 @@ plan-demo: $(STAMP)
 	$(BIN)/budgeteer plan --jobs src/budgeteer/examples/jobs.yaml \
 		--budgets src/budgeteer/examples/budgets.yaml --at $(DEMO_AT)
 
-test: lint types unit
+test: lint types unit orchestrators
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests tests-orchestrators benchmarks examples
+	$(BIN)/ruff format --check src tests tests-orchestrators benchmarks examples
 
 types: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+# The orchestrator integrations (Airflow, kfp, Metaflow) in their own environment, against a
+# `budgeteer serve` run from the main one.
+$(ORCH_STAMP): pyproject.toml constraints-orchestrators.txt
+	$(PYTHON) -m venv $(ORCH)
+	$(ORCH)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-c constraints-orchestrators.txt pip
+	$(ORCH)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-c constraints-orchestrators.txt -e '.[airflow,kfp,metaflow]' pytest
+	touch $(ORCH_STAMP)
+
+orchestrators: $(STAMP) $(ORCH_STAMP)
+	BUDGETEER_SERVE_PYTHON=$(abspath $(BIN))/python $(ORCH)/bin/python -m pytest \
+		-p no:cacheprovider tests-orchestrators
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cycle.py
@@ -54,5 +72,9 @@ constraints: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
 	$(BIN)/python -m pip --version | awk '{print "pip==" $$2}' >> constraints.txt
 
+constraints-orchestrators: $(ORCH_STAMP)
+	$(ORCH)/bin/python -m pip freeze --exclude-editable > constraints-orchestrators.txt
+	$(ORCH)/bin/python -m pip --version | awk '{print "pip==" $$2}' >> constraints-orchestrators.txt
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(ORCH) .mypy_cache .ruff_cache .pytest_cache

@@ -251,7 +251,7 @@ def _failed_run(w: Any, gate: dict[str, Any]) -> dict[str, str]:
         ("validate", "0.25", JobState.GATE_FAILED),
     ):
         for state in (JobState.QUEUED, JobState.PROVISIONING, JobState.RUNNING, end):
-            w.store.transition(ids[name], state, at=now, cause="test")
+            w.store.transition(ids[name], state, at=now, cause=f"to {state.value}")
         bill(w, ids[name], usd)
     return ids
 
@@ -265,6 +265,9 @@ def test_waste_shows_in_the_job_view_the_metrics_and_the_dashboard(tmp_path: Pat
         ids = _failed_run(w, {"metric": "auc", "min": 0.81})
         view = w.http.get(f"/v1/jobs/{ids['validate']}", headers=g).json()
         assert view["state"] == "gate_failed"
+        assert (view["end_reason"], view["hold_reason"]) == ("to gate_failed", None)
+        pending = w.http.get(f"/v1/jobs/{ids['package']}", headers=g).json()
+        assert pending["end_reason"] is None  # not ended yet
         assert Decimal(view["cost"]["waste_usd"]) == Decimal("3.75")
         assert w.http.get(f"/v1/jobs/{ids['train']}", headers=g).json()["cost"]["waste_usd"] is None
         assert (

@@ -24,9 +24,11 @@ from typing import Any
 
 import httpx
 
+from budgeteer.domain.job import JobState
 from budgeteer.errors import BudgeteerError
 
-TERMINAL = {"succeeded", "failed", "cancelled", "dependency_failed", "stopped_early"}
+#: the states a job ends in (``gate_failed`` included)
+TERMINAL = frozenset(s.value for s in JobState if s.is_terminal)
 
 
 class ApiError(BudgeteerError):
@@ -66,6 +68,7 @@ class JobInfo:
     cost: Mapping[str, str]
     hold_reason: str | None
     raw: Mapping[str, Any] = field(repr=False)
+    end_reason: str | None = None
 
     @property
     def done(self) -> bool:
@@ -88,6 +91,7 @@ class JobInfo:
             doc.get("cost", {}),
             doc.get("hold_reason"),
             doc,
+            doc.get("end_reason"),
         )
 
 

@@ -61,10 +61,11 @@ def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
     if finish is not None and job.deadline is not None:
         margin = (job.deadline - job.submitted_at) * ctx.policy.deadline_margin_fraction
         risk = finish > job.deadline - margin
-    hold_reason = None
-    if job.state in PARKED:
+    hold_reason = end_reason = None
+    if job.state in PARKED or job.state.is_terminal:
         events = store.events(job.id)
-        hold_reason = events[-1].cause if events else None
+        cause = events[-1].cause if events else None
+        hold_reason, end_reason = (cause, None) if job.state in PARKED else (None, cause)
     return {
         "id": job.id,
         "name": job.name,
@@ -91,6 +92,7 @@ def job_view(ctx: ApiContext, job: Job) -> dict[str, Any]:
             "waste_usd": _usd(_run_waste(ctx, job)) if job.state is JobState.GATE_FAILED else None,
         },
         "hold_reason": hold_reason,
+        "end_reason": end_reason,  # why a terminal job ended (the cause of its last event)
         "links": links(job.id),
     }
 
