@@ -236,12 +236,18 @@ def test_the_cli_compares_policies_as_json_and_writes_a_report(tmp_path: Path) -
         "waste_usd",
         "changeovers",
         "on_demand_hours",
+        "startups",
+        "startup_hours",
+        "idle_hours",
     }
     for result in doc["policies"].values():
         assert keys <= set(result)
         assert set(result["sla_met_fraction"]) == {"P0", "P1", "P2", "P3"}
     od = doc["policies"]["on-demand-fifo"]
     assert od["preemptions"] == 0
+    assert od["startups"] >= od["jobs_completed"] > 0  # each attempt boots its own instances
+    assert od["startup_hours"] > 0
+    assert {r["idle_hours"] for r in doc["policies"].values()} == {0.0}
     assert od["changeovers"] == {"to_spot": 0, "bridge_on_demand": 0, "to_on_demand": 0}
     assert od["on_demand_hours"] > default_hours(doc)
     assert od["cost_usd"] == pytest.approx(od["on_demand_equivalent_usd"])
@@ -273,3 +279,36 @@ def test_the_cli_compares_policies_as_json_and_writes_a_report(tmp_path: Path) -
 def default_hours(doc: dict[str, Any]) -> float:
     """On-demand instance-hours of the ``default`` policy in a ``simulate --json`` document."""
     return float(doc["policies"]["default"]["on_demand_hours"])
+
+
+def test_startup_hours_are_the_boot_the_ledger_billed() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from budgeteer.sim.metrics import _startups  # noqa: PLC0415
+    from budgeteer.store.base import Attempt  # noqa: PLC0415
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    built = SimpleNamespace(
+        catalog=SimpleNamespace(
+            offerings=[
+                SimpleNamespace(id="slow", startup_seconds=600.0),
+                SimpleNamespace(id="warm", startup_seconds=0.0),
+            ]
+        ),
+        end=t0 + timedelta(hours=10),
+    )
+
+    def attempt(n: int, offering: str, minutes: float | None, instances: int = 1) -> Attempt:
+        ended = None if minutes is None else t0 + timedelta(minutes=minutes)
+        return Attempt(n, "j", n, "sim", offering, "spot", (), t0, ended, instances=instances)
+
+    got = _startups(
+        [
+            attempt(1, "slow", 60, instances=2),  # 2 × 10 min
+            attempt(2, "slow", 4),  # stopped while booting: 4 min paid
+            attempt(3, "warm", 30),  # no boot
+            attempt(4, "slow", None),  # still running at the end: 10 min
+        ],
+        built,  # type: ignore[arg-type]
+    )
+    assert got == {"startups": 3, "startup_hours": round((20 + 4 + 10) / 60, 3), "idle_hours": 0.0}

@@ -12,7 +12,12 @@ ledger) after the fact, so the numbers are the ledger's, not a model's.
   live spot decider), ``to_on_demand`` (switch rules, the late check);
 - ``on_demand_hours`` — instance-hours billed on on-demand (from the ledger);
 - ``waste_usd`` — the spend of pipeline runs whose validation gate failed (features, train,
-  validate), plus the spend of attempts whose work was lost (failed runs).
+  validate), plus the spend of attempts whose work was lost (failed runs);
+- ``startups`` — attempts that booted instances (each attempt launches its own today);
+  ``startup_hours`` — the instance-hours of boot the ledger billed (billing starts at launch:
+  Σ instances × min(the offering's start-up, the attempt's length)); ``idle_hours`` — instance-
+  hours billed with no job on them (0 while instances are given back when their attempt ends:
+  pools that keep them warm are issue 18's next step).
 """
 
 from __future__ import annotations
@@ -92,8 +97,22 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
             3,
         ),
         "waste_usd": float(waste),
+        **_startups(attempts, built),
         "cycles": run.cycles,
     }
+
+
+def _startups(attempts: list[Any], built: Built) -> dict[str, Any]:
+    """``startups``, ``startup_hours`` and ``idle_hours`` (see the module docstring)."""
+    boot = {o.id: o.startup_seconds for o in built.catalog.offerings}
+    startups, seconds = 0, 0.0
+    for a in attempts:
+        ran = max(((a.ended_at or built.end) - a.started_at).total_seconds(), 0.0)
+        paid = min(boot.get(a.offering_id, 0.0), ran)
+        if paid > 0:
+            startups += 1
+            seconds += a.instances * paid
+    return {"startups": startups, "startup_hours": round(seconds / 3600, 3), "idle_hours": 0.0}
 
 
 def _overrun(budgets: tuple[Budget, ...], jobs: dict[str, Any], ledger: list[Any]) -> Decimal:
