@@ -1,0 +1,133 @@
+"""Pool sizing (pure): how many instances a pool should hold now, which idle ones to give back,
+and how many to boot ahead of a known burst.
+
+A pool groups the instances of some offerings (an accelerator × market × region, or named
+offerings) that the fleet keeps between jobs instead of giving each attempt fresh ones. Its
+settings: ``minimum`` instances always kept (warm), ``maximum`` never exceeded, and
+``idle_timeout_seconds`` — an instance idle longer than that with nothing planned for it is
+given back (with ``minimum`` 0 the pool scales to zero). Each cycle :func:`size_pool` reads the
+pool's instances (busy, and idle since when) and its demand — instances jobs placed there need
+now, and instances known work will need soon (a cron burst, jobs waiting on a dependency) — and
+says:
+
+- ``target`` — ``max(busy + needed now, needed soon within the boot lead, minimum)``, capped at
+  ``maximum``;
+- ``boot`` — instances to launch now so that ``target`` is reached (those needed now, and those
+  needed soon whose start lies within one start-up of now: scale-up ahead of a burst);
+- ``release`` — idle instances to give back, longest idle first: those idle at least
+  ``idle_timeout_seconds`` that the target does not need, and always any above ``maximum``.
+
+An idle instance is billed while it idles (the ledger's ``idle`` entries); this function only
+says how many — the backends carry it out and the planner prices reuse against a fresh start.
+Issue 18 builds the rest (the planner's reuse price, the simulator's and the sandbox's pools,
+batching); this is its first piece.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from budgeteer.errors import BudgeteerError
+
+
+class PoolError(BudgeteerError):
+    """Settings that cannot describe a pool (the field named)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """One pool's settings (validated: ``0 ≤ minimum ≤ maximum``, a timeout ``≥ 0``)."""
+
+    name: str
+    minimum: int = 0
+    maximum: int | None = None
+    idle_timeout_seconds: float = 600.0
+    startup_seconds: float = 120.0  # the lead to boot ahead of known demand
+
+    def __post_init__(self) -> None:
+        if self.minimum < 0:
+            raise PoolError(f"pools.{self.name}.min: must be ≥ 0, got {self.minimum}")
+        if self.maximum is not None and self.maximum < max(self.minimum, 1):
+            raise PoolError(
+                f"pools.{self.name}.max: must be ≥ min ({self.minimum}) and ≥ 1, got {self.maximum}"
+            )
+        if not self.idle_timeout_seconds >= 0:  # NaN too
+            raise PoolError(
+                f"pools.{self.name}.idle_timeout: must be ≥ 0 s, got {self.idle_timeout_seconds}"
+            )
+        if not self.startup_seconds >= 0:
+            raise PoolError(
+                f"pools.{self.name}.startup_seconds: must be ≥ 0, got {self.startup_seconds}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """The pool's instances now: ``busy`` running a job, and one idle-since time per idle one."""
+
+    busy: int = 0
+    idle_since: tuple[datetime, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Instances held (busy and idle)."""
+        return self.busy + len(self.idle_since)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Instances wanted: ``now`` by jobs placed on the pool this cycle, and ``(at, instances)``
+    for known work that will want them at ``at`` (a cron burst, a dependency about to end)."""
+
+    now: int = 0
+    soon: tuple[tuple[datetime, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    """What :func:`size_pool` decided, and why."""
+
+    target: int
+    boot: int
+    release: tuple[datetime, ...]  # the idle-since times of the instances to give back
+    reason: str
+
+
+def size_pool(settings: PoolSettings, state: PoolState, demand: Demand, now: datetime) -> PoolPlan:
+    """The pool's size this cycle (see the module docstring)."""
+    lead = now + timedelta(seconds=settings.startup_seconds)
+    needed_now = state.busy + demand.now
+    needed_soon = max((n for at, n in demand.soon if at <= lead), default=0)
+    wanted = max(needed_now, needed_soon, settings.minimum)
+    cap = settings.maximum
+    target = wanted if cap is None else min(wanted, cap)
+    reasons = [f"busy {state.busy}", f"placed now {demand.now}"]
+    if needed_soon:
+        reasons.append(f"{needed_soon} wanted by {lead:%H:%M:%S}")
+    if settings.minimum:
+        reasons.append(f"min {settings.minimum}")
+    if cap is not None and wanted > cap:
+        reasons.append(f"capped at max {cap}")
+    boot = max(target - state.size, 0)
+    idle = sorted(state.idle_since)  # longest idle first
+    spare = max(state.size - target, 0)  # instances the target does not need
+    timeout = timedelta(seconds=settings.idle_timeout_seconds)
+    over_cap = 0 if cap is None else max(state.size - cap, 0)
+    release: list[datetime] = []
+    for since in idle:
+        if len(release) >= spare:
+            break
+        if len(release) < over_cap or now - since >= timeout:
+            release.append(since)
+    if release:
+        reasons.append(f"release {len(release)} idle ≥ {settings.idle_timeout_seconds:g} s")
+    return PoolPlan(target, boot, tuple(release), "; ".join(reasons))
+
+
+def size_pools(
+    pools: Sequence[tuple[PoolSettings, PoolState, Demand]], now: datetime
+) -> dict[str, PoolPlan]:
+    """:func:`size_pool` for each pool, by name."""
+    return {s.name: size_pool(s, st, d, now) for s, st, d in pools}
