@@ -311,4 +311,10 @@ def test_startup_hours_are_the_boot_the_ledger_billed() -> None:
         ],
         built,  # type: ignore[arg-type]
     )
-    assert got == {"startups": 3, "startup_hours": round((20 + 4 + 10) / 60, 3), "idle_hours": 0.0}
+    assert got == {
+        "startups": 3,
+        "startup_hours": round((20 + 4 + 10) / 60, 3),
+        "warm_starts": 0,
+        "idle_hours": 0.0,
+        "idle_usd": 0.0,
+    }

@@ -22,7 +22,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from budgeteer.backends.jobuser import JobUser, prepare_private_folder
 from budgeteer.domain.offering import Offering
@@ -209,3 +209,13 @@ def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) 
         raise LaunchFailed(
             f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
         ) from None
+
+
+@runtime_checkable
+class WarmPools(Protocol):
+    """A backend that keeps instances warm between attempts (pools): how many idle instances
+    each pooled offering holds now, which the planner prices as a start without a boot."""
+
+    def warm_instances(self) -> dict[str, int]:
+        """Idle instances by offering id (offerings without any may be left out)."""
+        ...

@@ -57,6 +57,10 @@ class Policy:
     spot job to on-demand when its slack can no longer absorb what spot may cost, and moves an
     on-demand job back to spot when spot is up and worth the changeover. Off (the simulator's
     ``default-planner-spot``), the market is the planner's choice at launch alone.
+
+    ``use_pools``: offerings declared in ``pools`` keep an ended attempt's instances warm for
+    the next job (:mod:`budgeteer.core.pools`); off (the simulator's ``default-no-pools``), every
+    attempt boots its own and gives them back when it ends.
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -82,6 +86,7 @@ class Policy:
     late_slack_fraction: float = 0.25
     live_spot: bool = True
     spot_decision_seconds: float = 600.0
+    use_pools: bool = True
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from budgeteer.backends.base import ComputeBackend
+from budgeteer.backends.base import ComputeBackend, WarmPools
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
@@ -128,7 +128,7 @@ class SnapshotBuilder:
             return Snapshot(
                 now=now,
                 jobs=jobs,
-                offerings=self.prices(now),
+                offerings=self._warm(self.prices(now)),
                 throughput=tuple(self.catalog.throughput.items()),
                 egress=self.catalog.egress,
                 budgets=budgets,
@@ -138,6 +138,20 @@ class SnapshotBuilder:
                 parked=parked,
                 speeds=self.speeds(),
             )
+
+    def _warm(self, offerings: tuple[Offering, ...]) -> tuple[Offering, ...]:
+        """Offerings whose pool holds a warm instance start without a boot: the planner prices
+        them so (their ``startup_seconds`` 0), so a job goes there when that is cheaper. The
+        tuple is the same one while no instance is warm (the core's memos keep)."""
+        if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
+            return offerings
+        warm = self.backend.warm_instances()
+        if not warm:
+            return offerings
+        return tuple(
+            dataclasses.replace(o, startup_seconds=0.0) if warm.get(o.id) else o
+            for o in offerings
+        )
 
     def budgets(self) -> tuple[Budget, ...]:
         """The config's budgets and the store's (created through the API), the latter parsed

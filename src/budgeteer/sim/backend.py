@@ -14,13 +14,22 @@ does through the API), so the loop's runtime control sees ETA and risk exactly a
 A job keeps its progress across attempts (its checkpoint): on a notice — market revocation or
 ``stop`` — it checkpoints and exits ``CHECKPOINT_SECONDS`` later (within the grace period), so
 it loses only the restart overhead when it resumes.
+
+Pools (``pools``, with the policy's ``use_pools``): an attempt that ends on an offering with a
+pool leaves its instances warm (idle, still holding the offering's capacity) unless the market
+took them; the next launch there that fits in the warm instances starts on them at once, with
+no start-up. An idle instance is billed while it idles — :attr:`SimBackend.idle` keeps each
+idle stretch with its price, so the instance time billed is the attempts' plus the idle, to the
+cent — and is given back when :func:`~budgeteer.core.pools.size_pool` says so (idle past the
+pool's ``idle_timeout`` and above its ``min``), or when the market takes a warm spot instance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from budgeteer.backends.base import (
     Capabilities,
@@ -39,9 +48,11 @@ from budgeteer.backends.market import (
     next_available,
 )
 from budgeteer.core.policy import Policy
+from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
 from budgeteer.core.speed import modelled_fraction_per_hour
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market, Offering
+from budgeteer.ledger.billing import amount_usd
 from budgeteer.sim.kernel import Event, Kernel
 from budgeteer.store.base import Store
 
@@ -66,6 +77,31 @@ class _Run:
     events: tuple[Event, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class IdleStretch:
+    """One instance idle in a pool over ``[start, end)`` at one price (billed)."""
+
+    offering_id: str
+    start: datetime
+    end: datetime
+    usd_per_hour: Decimal
+    amount_usd: Decimal
+    price_source: str
+
+    @property
+    def hours(self) -> float:
+        """Its length in hours."""
+        return (self.end - self.start).total_seconds() / 3600
+
+
+@dataclass
+class _Warm:
+    """A pool's idle instances: when each became idle."""
+
+    settings: PoolSettings
+    idle_since: list[datetime] = field(default_factory=list)
+
+
 class SimBackend(MarketPrices):
     """A :class:`~budgeteer.backends.base.ComputeBackend` on simulated time (see the module
     docstring). ``job_of`` returns the job an attempt belongs to (its work and resources)."""
@@ -85,6 +121,7 @@ class SimBackend(MarketPrices):
         report_seconds: float = 600.0,
         on_change: Callable[[], None] = lambda: None,
         fails: frozenset[str] = frozenset(),
+        pools: dict[str, PoolSettings] | None = None,
     ) -> None:
         self.kernel = kernel
         self.market = market
@@ -98,6 +135,10 @@ class SimBackend(MarketPrices):
         self._done: dict[str, float] = {}  # share of each job's work checkpointed
         self._in_use: dict[str, int] = {}  # instances of live attempts per offering
         self.fails = fails  # jobs that exit non-zero when their work is done (a failed gate)
+        use = self.policy.use_pools
+        self._pools = {oid: _Warm(p) for oid, p in (pools or {}).items()} if use else {}
+        self.idle: list[IdleStretch] = []  # the pools' idle stretches, billed
+        self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -109,9 +150,12 @@ class SimBackend(MarketPrices):
         job = self.store.job(request.job_id)
         if job.work.reference_hours is None:
             raise LaunchFailed("the simulator needs work in reference hours")
+        warm = self._reusable(offering, request.instances, now)
         in_use = self._in_use.get(offering.id, 0)
         limit = offering.max_instances
-        if limit is not None and in_use + request.instances > limit:
+        if not warm and limit is not None and in_use + request.instances > limit:
+            in_use -= self._make_room(offering, in_use + request.instances - limit, now)
+        if not warm and limit is not None and in_use + request.instances > limit:
             raise CapacityUnavailable(f"{offering.id}: {in_use} of {limit} instances are in use")
         if not self.market.available(offering, now):
             if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
@@ -123,15 +167,13 @@ class SimBackend(MarketPrices):
         hid = f"{request.job_id}.{request.attempt}"
         ids = tuple(f"{hid}-{i}" for i in range(request.instances))
         handle = Handle.of(self.name, hid, request, ids, now)
-        run = _Run(
-            handle,
-            request,
-            job,
-            now + timedelta(seconds=offering.startup_seconds),
-            self._rate(job, request),
-        )
+        boot = 0.0 if warm else offering.startup_seconds
+        run = _Run(handle, request, job, now + timedelta(seconds=boot), self._rate(job, request))
         self._runs[hid] = run
-        self._in_use[offering.id] = in_use + request.instances
+        if warm:
+            self.warm_starts.add(hid)  # its instances were already held
+        else:
+            self._in_use[offering.id] = in_use + request.instances
         ready = self.kernel.schedule(run.ready_at, lambda: self._start(run), label=f"ready {hid}")
         run.events = (ready,)
         return handle
@@ -275,10 +317,100 @@ class SimBackend(MarketPrices):
         self._ended(run)
 
     def _ended(self, run: _Run) -> None:
-        """Give the attempt's instances back to its offering's capacity."""
+        """Give the attempt's instances back to its offering's capacity — or to its pool, warm,
+        unless the market took them."""
         oid = run.request.offering.id
-        self._in_use[oid] = self._in_use.get(oid, 0) - run.request.instances
+        pool = self._pools.get(oid)
+        if pool is not None and not run.preempted:
+            now = self.kernel.now
+            pool.idle_since += [now] * run.request.instances
+            timeout = pool.settings.idle_timeout_seconds
+            self.kernel.after(
+                timeout, lambda: self._trim(run.request.offering), label=f"idle {oid}"
+            )
+        else:
+            self._in_use[oid] = self._in_use.get(oid, 0) - run.request.instances
         self.on_change()
+
+    # -- pools ----------------------------------------------------------------------------
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return {oid: len(p.idle_since) for oid, p in self._pools.items() if p.idle_since}
+
+    def _reusable(self, offering: Offering, instances: int, now: datetime) -> bool:
+        """Take ``instances`` warm instances of ``offering``'s pool for a launch (the most
+        recently idle: the others reach their timeout sooner), billing their idle time; False
+        when the pool has not that many."""
+        pool = self._pools.get(offering.id)
+        if pool is None:
+            return False
+        self._drop_revoked(offering, pool, now)
+        if len(pool.idle_since) < instances:
+            return False
+        pool.idle_since.sort()
+        for since in pool.idle_since[-instances:]:
+            self._bill_idle(offering, since, now)
+        del pool.idle_since[-instances:]
+        return True
+
+    def _make_room(self, offering: Offering, short: int, now: datetime) -> int:
+        """Give back up to ``short`` idle instances (longest idle first) so a fresh launch fits
+        the offering's capacity; how many were given back."""
+        pool = self._pools.get(offering.id)
+        if pool is None:
+            return 0
+        pool.idle_since.sort()
+        freed = pool.idle_since[:short]
+        del pool.idle_since[: len(freed)]
+        for since in freed:
+            self._give_back(offering, since, now)
+        return len(freed)
+
+    def _trim(self, offering: Offering) -> None:
+        """Give back what the pool's sizing releases (idle past the timeout, above ``min``)."""
+        pool = self._pools[offering.id]
+        now = self.kernel.now
+        self._drop_revoked(offering, pool, now)
+        idle = len(pool.idle_since)
+        busy = self._in_use.get(offering.id, 0) - idle
+        plan = size_pool(pool.settings, PoolState(busy, tuple(pool.idle_since)), Demand(), now)
+        for since in plan.release:
+            pool.idle_since.remove(since)
+            self._give_back(offering, since, now)
+
+    def _drop_revoked(self, offering: Offering, pool: _Warm, now: datetime) -> None:
+        """Warm spot (or lent on-prem) instances the market took back since they went idle."""
+        if offering.market not in REVOCABLE:
+            return
+        for since in list(pool.idle_since):
+            taken = self._next_revocation(offering, since, now)
+            if taken is not None:
+                pool.idle_since.remove(since)
+                self._give_back(offering, since, taken)
+
+    def _give_back(self, offering: Offering, since: datetime, until: datetime) -> None:
+        self._bill_idle(offering, since, until)
+        self._in_use[offering.id] = self._in_use.get(offering.id, 0) - 1
+
+    def _bill_idle(self, offering: Offering, start: datetime, end: datetime) -> None:
+        for a, b, usd, source in self.market.segments(offering, start, end):
+            if b > a:
+                self.idle.append(
+                    IdleStretch(offering.id, a, b, usd, amount_usd(usd, 1, a, b), source)
+                )
+
+    def close_pools(self, at: datetime) -> None:
+        """Bill every instance still idle up to ``at`` (the end of the simulation) and give it
+        back."""
+        offerings = {r.request.offering.id: r.request.offering for r in self._runs.values()}
+        for oid, pool in self._pools.items():
+            offering = offerings.get(oid)
+            if offering is None:
+                continue
+            self._drop_revoked(offering, pool, at)
+            for since in pool.idle_since:
+                self._give_back(offering, since, at)
+            pool.idle_since.clear()
 
     def _cancel_pending(self, run: _Run) -> None:
         for event in run.events:

@@ -13,11 +13,11 @@ ledger) after the fact, so the numbers are the ledger's, not a model's.
 - ``on_demand_hours`` — instance-hours billed on on-demand (from the ledger);
 - ``waste_usd`` — the spend of pipeline runs whose validation gate failed (features, train,
   validate), plus the spend of attempts whose work was lost (failed runs);
-- ``startups`` — attempts that booted instances (each attempt launches its own today);
+- ``startups`` — attempts that booted instances (not those started on a pool's warm ones);
   ``startup_hours`` — the instance-hours of boot the ledger billed (billing starts at launch:
   Σ instances × min(the offering's start-up, the attempt's length)); ``idle_hours`` — instance-
-  hours billed with no job on them (0 while instances are given back when their attempt ends:
-  pools that keep them warm are issue 18's next step).
+  hours billed with no job on them (a pool's warm instances between jobs; ``idle_usd`` their
+  cost, part of ``cost_usd``); ``warm_starts`` — attempts started on warm instances.
 """
 
 from __future__ import annotations
@@ -52,7 +52,10 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
     by_job_led: dict[str, list[Any]] = defaultdict(list)
     for e in ledger:
         by_job_led[e.job_id].append(e)
-    cost = sum((e.amount_usd for e in ledger), ZERO)
+    # the ledger's attempts plus the pools' idle instances (billed while they idle)
+    cost = sum((e.amount_usd for e in ledger), ZERO) + sum(
+        (i.amount_usd for i in run.backend.idle), ZERO
+    )
     equivalent = sum(
         (
             job_cost(by_job_att[j], es, prices).on_demand_equivalent_usd
@@ -97,22 +100,33 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
             3,
         ),
         "waste_usd": float(waste),
-        **_startups(attempts, built),
+        **_startups(attempts, built, run),
         "cycles": run.cycles,
     }
 
 
-def _startups(attempts: list[Any], built: Built) -> dict[str, Any]:
-    """``startups``, ``startup_hours`` and ``idle_hours`` (see the module docstring)."""
+def _startups(attempts: list[Any], built: Built, run: SimRun | None = None) -> dict[str, Any]:
+    """``startups``, ``startup_hours``, ``warm_starts``, ``idle_hours`` and ``idle_usd`` (see
+    the module docstring)."""
     boot = {o.id: o.startup_seconds for o in built.catalog.offerings}
+    warm = run.backend.warm_starts if run is not None else set()
+    idle = run.backend.idle if run is not None else []
     startups, seconds = 0, 0.0
     for a in attempts:
+        if f"{a.job_id}.{a.number}" in warm:
+            continue  # started on a pool's warm instances: no boot
         ran = max(((a.ended_at or built.end) - a.started_at).total_seconds(), 0.0)
         paid = min(boot.get(a.offering_id, 0.0), ran)
         if paid > 0:
             startups += 1
             seconds += a.instances * paid
-    return {"startups": startups, "startup_hours": round(seconds / 3600, 3), "idle_hours": 0.0}
+    return {
+        "startups": startups,
+        "startup_hours": round(seconds / 3600, 3),
+        "warm_starts": len(warm),
+        "idle_hours": round(sum(i.hours for i in idle), 3),
+        "idle_usd": float(sum((i.amount_usd for i in idle), ZERO)),
+    }
 
 
 def _overrun(budgets: tuple[Budget, ...], jobs: dict[str, Any], ledger: list[Any]) -> Decimal:

@@ -12,6 +12,11 @@
   quotas (held with reason ``quota``), no money awareness (budgets are not enforced).
 - ``default-planner-spot`` (by name only) — ``default`` without the live spot decider: the
   planner alone picks the market, at each launch.
+- ``default-no-pools`` (by name only) — ``default`` with the scenario's ``pools`` off: every
+  attempt boots its own instances and gives them back when it ends.
+
+The scenario's ``pools`` (warm instances kept between jobs) are fleet settings: every policy
+but ``default-no-pools`` uses them.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from budgeteer.domain.tier import Tier
 POLICY_NAMES = ("default", "on-demand-fifo", "spot-greedy-fifo", "priority-quota")
 #: Settings of ``default`` with one part turned off, to measure what it brings (by name only,
 #: not in ``all``).
-VARIANT_NAMES = ("default-planner-spot",)
+VARIANT_NAMES = ("default-planner-spot", "default-no-pools")
 SELECTABLE = POLICY_NAMES + VARIANT_NAMES
 
 
@@ -45,6 +50,8 @@ def policy_named(
         return base
     if name == "default-planner-spot":
         return dataclasses.replace(base, live_spot=False)
+    if name == "default-no-pools":
+        return dataclasses.replace(base, use_pools=False)
     if name == "on-demand-fifo":
         return dataclasses.replace(
             base,

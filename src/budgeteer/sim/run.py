@@ -19,6 +19,7 @@ from pathlib import Path
 from budgeteer.backends.market import SandboxMarket
 from budgeteer.catalog import Catalog
 from budgeteer.core import Policy
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job
 from budgeteer.scheduler import Scheduler
@@ -62,6 +63,7 @@ def simulate(
     grace_seconds: float = 30.0,
     fails: frozenset[str] = frozenset(),
     on_day: Callable[[datetime], None] | None = None,
+    pools: dict[str, PoolSettings] | None = None,
 ) -> SimRun:
     """Run the loop from ``start`` to ``end`` (see the module docstring)."""
     kernel = Kernel(start)
@@ -97,6 +99,7 @@ def simulate(
         grace_seconds=grace_seconds,
         on_change=wake,
         fails=fails,
+        pools=pools,
     )
     # progress comes from the store (the simulated backend posts it): no file is ever read
     sched = Scheduler(
@@ -127,4 +130,5 @@ def simulate(
 
         kernel.schedule(start, day, priority=CYCLE_PRIORITY + 1, label="day")
     kernel.run(until=end)
+    backend.close_pools(end)  # what still idles is billed to the end
     return SimRun(store, kernel, backend, cycles)

@@ -18,6 +18,7 @@ import numpy as np
 from budgeteer.backends.market import SandboxMarket
 from budgeteer.catalog import Catalog
 from budgeteer.core import Policy
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.budget import Budget
 from budgeteer.sim.markets import scenario_catalog, scenario_market, spot_offerings
 from budgeteer.sim.policies import policy_named
@@ -25,6 +26,7 @@ from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.sim.schema import Scenario, load_scenario
 from budgeteer.sim.workload import draw_workload
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
+from budgeteer.spec.pool import pool_settings
 
 __all__ = ["Built", "Scenario", "build", "load_scenario", "spot_offerings"]
 
@@ -42,6 +44,7 @@ class Built:
     arrivals: tuple[Arrival, ...]
     gate_failures: frozenset[str]  # job ids whose validation gate fails
     pipeline_runs: dict[str, tuple[str, ...]]  # a gate's job id → its run's job ids
+    pools: dict[str, PoolSettings] = dataclasses.field(default_factory=dict)  # by offering id
 
     def run(self, policy: str, on_day: Callable[[datetime], None] | None = None) -> SimRun:
         """Simulate this scenario under the policy named ``policy`` (see
@@ -56,6 +59,7 @@ class Built:
             policy=policy_named(policy, self.policy, self.gpu_quotas),
             fails=self.gate_failures,
             on_day=on_day,
+            pools=self.pools,
         )
 
     @property
@@ -88,4 +92,5 @@ def build(scenario: Scenario, seed: int | None = None) -> Built:
         drawn.arrivals,
         drawn.gate_failures,
         drawn.pipeline_runs,
+        pool_settings(scenario.pools, catalog.offerings),
     )

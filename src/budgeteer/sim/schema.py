@@ -21,6 +21,7 @@ from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
 from budgeteer.spec.job import parse_duration
+from budgeteer.spec.pool import PoolSpec
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -192,6 +193,7 @@ class Scenario(_Strict):
     catalog: CatalogFilter = Field(default_factory=CatalogFilter)
     market: MarketSpec
     onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
+    pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
     teams: list[TeamSpec] = Field(default_factory=list)
     budgets: list[dict[str, Any]] = Field(default_factory=list)
     workload: Workload

@@ -1,0 +1,170 @@
+"""Pools in the simulator (issue 18): an ended attempt's instances stay warm on a pooled
+offering; the next job there starts on them with no start-up; idle time is billed exactly and
+given back after the idle timeout; pools off, every attempt boots its own."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from budgeteer.backends import TraceMarket
+from budgeteer.catalog import Catalog
+from budgeteer.core.policy import Policy
+from budgeteer.core.pools import PoolSettings
+from budgeteer.domain.job import Job
+from budgeteer.domain.job import JobState as S
+from budgeteer.domain.offering import Market
+from budgeteer.errors import SpecError, SpecErrors
+from budgeteer.ledger.billing import amount_usd
+from budgeteer.sim.run import Arrival, SimRun, simulate
+from budgeteer.sim.scenario import build
+from budgeteer.sim.schema import load_scenario
+from budgeteer.spec.pool import PoolSpec, pool_settings
+from builders import EGRESS, THROUGHPUT, make_job, make_offering
+
+T0 = datetime(2026, 12, 4, 1, tzinfo=UTC)
+OD = "od"
+
+
+def _catalog(market: Market = Market.ON_DEMAND) -> Catalog:
+    od = make_offering(OD, price=2.0, market=market, startup_seconds=120)
+    return Catalog((od,), dict(THROUGHPUT), EGRESS, "test")
+
+
+def _job(name: str, minutes_after: float, seq: int) -> Job:
+    job = make_job(name, hours=0.1, spot=False, seq=seq)
+    return dataclasses.replace(job, submitted_at=T0 + timedelta(minutes=minutes_after))
+
+
+def _run(
+    gap_minutes: float,
+    *,
+    pools: bool = True,
+    timeout_minutes: float = 10,
+    up: list[bool] | None = None,
+    market: Market = Market.ON_DEMAND,
+) -> SimRun:
+    """Job a at T0 (6 min of work + 2 min boot), job b ``gap_minutes`` after a ends."""
+    a = _job("a", 0, 0)
+    b = _job("b", 8 + gap_minutes, 1)
+    if market is Market.SPOT:
+        a, b = (
+            dataclasses.replace(j, spot=dataclasses.replace(j.spot, allowed=True)) for j in (a, b)
+        )
+    avail = np.array(up if up is not None else [True] * 500)
+    trace = TraceMarket(avail, 60, T0, prices=np.full(len(avail), 2.0), source="trace")
+    settings = {OD: PoolSettings(OD, 0, 4, timeout_minutes * 60, 120)}
+    return simulate(
+        [Arrival(j.submitted_at, j) for j in (a, b)],
+        _catalog(market),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=3),
+        policy=Policy(use_pools=pools),
+        pools=settings,
+        cycle_seconds=60,
+    )
+
+
+def _total(run: SimRun) -> Decimal:
+    return sum((e.amount_usd for e in run.store.ledger()), Decimal(0)) + sum(
+        (i.amount_usd for i in run.backend.idle), Decimal(0)
+    )
+
+
+def test_the_next_job_starts_on_the_warm_instance_and_the_idle_time_is_billed() -> None:
+    run = _run(gap_minutes=3)
+    store = run.store
+    assert store.job("a").state is store.job("b").state is S.SUCCEEDED
+    [a], [b] = store.attempts("a"), store.attempts("b")
+    assert a.ended_at is not None
+    assert b.ended_at is not None
+    assert run.backend.warm_starts == {"b.1"}
+    # b ran its 6 minutes of work with no boot before it
+    assert (b.ended_at - b.started_at) == pytest.approx(
+        timedelta(minutes=6), abs=timedelta(seconds=1)
+    )
+    between, after = run.backend.idle
+    assert (between.start, between.end) == (a.ended_at, b.started_at)  # exactly the gap
+    assert between.amount_usd == amount_usd(Decimal(2), 1, between.start, between.end)
+    # after b, idle for the timeout, then given back
+    assert (after.start, after.end) == (b.ended_at, b.ended_at + timedelta(minutes=10))
+    # the one instance was billed from a's launch until it was given back, no gap nor overlap
+    entries = len(run.store.ledger()) + len(run.backend.idle)  # each rounded to 1e-8 USD
+    whole = amount_usd(Decimal(2), 1, a.started_at, after.end)
+    assert abs(_total(run) - whole) <= entries * Decimal("0.5e-8")
+    assert _total(run).quantize(Decimal("0.01")) == whole.quantize(Decimal("0.01"))
+
+
+def test_an_instance_idle_past_its_timeout_is_given_back() -> None:
+    run = _run(gap_minutes=25, timeout_minutes=10)
+    [a], [b] = run.store.attempts("a"), run.store.attempts("b")
+    assert run.backend.warm_starts == set()  # b booted a fresh instance
+    idle, _after_b = run.backend.idle
+    assert a.ended_at is not None
+    assert (idle.start, idle.end) == (a.ended_at, a.ended_at + timedelta(minutes=10))
+    assert b.ended_at is not None
+    assert b.ended_at - b.started_at == pytest.approx(
+        timedelta(minutes=8), abs=timedelta(seconds=1)
+    )
+
+
+def test_without_pools_every_attempt_boots_its_own() -> None:
+    run = _run(gap_minutes=3, pools=False)
+    assert run.backend.warm_starts == set()
+    assert run.backend.idle == []
+    [b] = run.store.attempts("b")
+    assert b.ended_at is not None
+    assert b.ended_at - b.started_at == pytest.approx(
+        timedelta(minutes=8), abs=timedelta(seconds=1)
+    )
+
+
+def test_a_warm_spot_instance_the_market_takes_is_billed_until_it_goes() -> None:
+    # spot up for the first 9 minutes, down for 2, then up: a ends at 8 min (idle from then),
+    # the market takes the warm instance at 9 min; b (arriving at 11) boots a fresh one
+    up = [True] * 9 + [False] * 2 + [True] * 500
+    run = _run(gap_minutes=3, up=up, market=Market.SPOT)
+    [a] = run.store.attempts("a")
+    assert a.ended_at is not None
+    assert run.backend.warm_starts == set()
+    taken = [i for i in run.backend.idle if i.start == a.ended_at]
+    assert [i.end for i in taken] == [T0 + timedelta(minutes=9)]
+
+
+def test_pool_declarations_are_checked() -> None:
+    offerings = _catalog().offerings
+    with pytest.raises(SpecError, match=r"pools\[0\]\.offerings: matches no offering"):
+        pool_settings([PoolSpec(offerings="gcp/*")], offerings)
+    got = pool_settings([PoolSpec(offerings="o*", max=3, idle_timeout="5m")], offerings)
+    assert got[OD] == PoolSettings(OD, 0, 3, 300.0, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("pool", "field", "problem"),
+    [
+        ("{offerings: '*g4dn.xlarge*', min: 3, max: 2}", "pools[0]", "min (3) is above max (2)"),
+        ("{offerings: '*g4dn.xlarge*', idle_timeout: -5m}", "pools[0].idle_timeout", "duration"),
+        ("{offerings: '*g4dn.xlarge*', min: -1}", "pools[0].min", "0"),
+        ("{offerings: '*g4dn.xlarge*', colour: red}", "pools[0].colour", "unknown field"),
+        ("{offerings: 'gcp/*'}", "pools[0].offerings", "matches no offering"),
+    ],
+)
+def test_a_scenario_with_a_bad_pool_names_it(
+    tmp_path: Path, pool: str, field: str, problem: str
+) -> None:
+    bundled = Path(__file__).parent.parent / "scenarios" / "short-burst.yaml"
+    text = bundled.read_text().replace("../tests/", f"{bundled.parent.parent}/tests/")
+    start = text.index("  - {offerings:")
+    end = text.index("\n", start)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text[:start] + f"  - {pool}" + text[end:])
+    with pytest.raises((SpecError, SpecErrors)) as err:
+        build(load_scenario(path))
+    found = err.value.errors if isinstance(err.value, SpecErrors) else (err.value,)
+    assert any(e.field == field and problem in e.problem for e in found), found
