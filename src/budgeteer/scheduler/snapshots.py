@@ -149,8 +149,7 @@ class SnapshotBuilder:
         if not warm:
             return offerings
         return tuple(
-            dataclasses.replace(o, startup_seconds=0.0) if warm.get(o.id) else o
-            for o in offerings
+            dataclasses.replace(o, startup_seconds=0.0) if warm.get(o.id) else o for o in offerings
         )
 
     def budgets(self) -> tuple[Budget, ...]:
