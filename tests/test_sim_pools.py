@@ -137,12 +137,67 @@ def test_a_warm_spot_instance_the_market_takes_is_billed_until_it_goes() -> None
     assert [i.end for i in taken] == [T0 + timedelta(minutes=9)]
 
 
+def _batched(batch_wait_minutes: float) -> SimRun:
+    """Two 6-minute jobs a minute apart on a pool that gives idle instances back at once and
+    lets a job wait ``batch_wait_minutes`` to run back to back."""
+    jobs = [_job("a", 0, 0), _job("b", 1, 1)]
+    avail = np.ones(500, dtype=bool)
+    trace = TraceMarket(avail, 60, T0, prices=np.full(500, 2.0), source="trace")
+    settings = {OD: PoolSettings(OD, 0, 4, 0.0, 120, batch_wait_minutes * 60)}
+    return simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        _catalog(),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=2),
+        pools=settings,
+        cycle_seconds=60,
+    )
+
+
+def test_two_short_jobs_run_back_to_back_on_one_instance() -> None:
+    run = _batched(30)
+    store = run.store
+    assert store.job("a").state is store.job("b").state is S.SUCCEEDED
+    [a], [b] = store.attempts("a"), store.attempts("b")
+    assert a.ended_at is not None
+    assert b.ended_at is not None
+    # a waited for a companion; b's arrival launched it (one boot); b ran on its instance
+    # the moment a ended, with no boot of its own
+    assert a.started_at == T0 + timedelta(minutes=1)
+    assert b.started_at == a.ended_at
+    assert run.backend.warm_starts == {"b.1"}
+    assert b.ended_at - b.started_at == pytest.approx(
+        timedelta(minutes=6), abs=timedelta(seconds=1)
+    )
+    held = [e for e in store.events("b") if "batched" in (e.cause or "")]
+    assert held, store.events("b")
+    # each job billed its own time; the one instance billed from a's launch to b's end, exactly
+    assert all(i.end == i.start for i in run.backend.idle)  # given back the moment b ended
+    for attempt in (a, b):  # billed in pieces, each rounded to 1e-8 USD
+        entries = store.ledger(attempt.job_id)
+        billed = sum((e.amount_usd for e in entries), Decimal(0))
+        own = amount_usd(Decimal(2), 1, attempt.started_at, attempt.ended_at)
+        assert abs(billed - own) <= len(entries) * Decimal("0.5e-8")
+    whole = amount_usd(Decimal(2), 1, a.started_at, b.ended_at)
+    assert _total(run).quantize(Decimal("0.01")) == whole.quantize(Decimal("0.01"))
+
+
+def test_without_a_batch_wait_each_job_boots_its_own() -> None:
+    run = _batched(0)
+    [a], [b] = run.store.attempts("a"), run.store.attempts("b")
+    assert (a.started_at, b.started_at) == (T0, T0 + timedelta(minutes=1))
+    assert run.backend.warm_starts == set()
+
+
 def test_pool_declarations_are_checked() -> None:
     offerings = _catalog().offerings
     with pytest.raises(SpecError, match=r"pools\[0\]\.offerings: matches no offering"):
         pool_settings([PoolSpec(offerings="gcp/*")], offerings)
     got = pool_settings([PoolSpec(offerings="o*", max=3, idle_timeout="5m")], offerings)
     assert got[OD] == PoolSettings(OD, 0, 3, 300.0, 120.0)
+    got = pool_settings([PoolSpec(offerings="o*", idle_timeout="0s", batch_wait="20m")], offerings)
+    assert got[OD] == PoolSettings(OD, 0, None, 0.0, 120.0, 1200.0)
 
 
 @pytest.mark.parametrize(
@@ -151,6 +206,8 @@ def test_pool_declarations_are_checked() -> None:
         ("{offerings: '*g4dn.xlarge*', min: 3, max: 2}", "pools[0]", "min (3) is above max (2)"),
         ("{offerings: '*g4dn.xlarge*', idle_timeout: -5m}", "pools[0].idle_timeout", "duration"),
         ("{offerings: '*g4dn.xlarge*', min: -1}", "pools[0].min", "0"),
+        ("{offerings: '*g4dn.xlarge*', batch_wait: soon}", "pools[0].batch_wait", "duration"),
+        ("{offerings: '*g4dn.xlarge*', batch_wait: -1m}", "pools[0].batch_wait", "duration"),
         ("{offerings: '*g4dn.xlarge*', colour: red}", "pools[0].colour", "unknown field"),
         ("{offerings: 'gcp/*'}", "pools[0].offerings", "matches no offering"),
     ],

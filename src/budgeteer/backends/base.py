@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from budgeteer.backends.jobuser import JobUser, prepare_private_folder
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
@@ -213,8 +214,13 @@ def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) 
 
 @runtime_checkable
 class WarmPools(Protocol):
-    """A backend that keeps instances warm between attempts (pools): how many idle instances
-    each pooled offering holds now, which the planner prices as a start without a boot."""
+    """A backend that keeps instances warm between attempts (pools): its pools' settings, and
+    how many idle instances each pooled offering holds now, which the planner prices as a start
+    without a boot."""
+
+    def pool_settings(self) -> Mapping[str, PoolSettings]:
+        """Each pooled offering's settings, by offering id."""
+        ...
 
     def warm_instances(self) -> dict[str, int]:
         """Idle instances by offering id (offerings without any may be left out)."""

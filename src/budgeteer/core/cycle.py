@@ -7,7 +7,9 @@
 3. order     — tier, fair share on money, slack, age, sequence (``order.py``);
 4. admit     — budgets per tier, cheaper plans before holds (``admit.py``);
 5. place     — joint choice under capacity and budgets, MILP or greedy (``place.py``);
-6. report    — admissions, holds with reasons and wake conditions, budget projections.
+6. batch     — jobs placed on a pool wait to run back to back on its instances where that
+   saves a boot and keeps their deadline (``batching.py``);
+7. report    — admissions, holds with reasons and wake conditions, budget projections.
 
 Nothing here reads a clock, touches I/O or mutates the snapshot.
 """
@@ -20,6 +22,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from budgeteer.core.admit import Admitted, BudgetTally, admit, apply_quotas, budget_tallies
+from budgeteer.core.batching import batch
 from budgeteer.core.candidates import Candidates, FrontCache, nominate
 from budgeteer.core.order import order_queue
 from budgeteer.core.outcomes import (
@@ -71,10 +74,12 @@ def plan_cycle(
     for alloc in snapshot.running:
         in_use[alloc.offering_id] += alloc.instances
     choices, solver = place(admission.admitted, snapshot.offerings, in_use, enforced, policy)
-    # 6. report
     admissions, capacity_holds = _admissions(
         snapshot, admission.admitted, choices, tallies, candidates
     )
+    # 6. batch
+    admissions, batched = batch(snapshot, admissions)
+    # 7. report
     waiting = tuple(
         Hold(
             job.id,
@@ -85,7 +90,7 @@ def plan_cycle(
         )
         for job, upstream in ready.waiting
     )
-    holds = (*waiting, *admission.holds, *capacity_holds)
+    holds = (*waiting, *admission.holds, *capacity_holds, *batched)
     return Plan(
         now=snapshot.now,
         admissions=tuple(admissions),

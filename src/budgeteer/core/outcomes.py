@@ -72,6 +72,7 @@ class HoldReason(StrEnum):
     INFEASIBLE = "infeasible"
     QUOTA = "quota"
     INVALID = "invalid"  # planning this job raised: quarantined, the others planned without it
+    BATCHED = "batched"  # waits to run back to back on a pool's instance (core.batching)
 
 
 class WakeOn(StrEnum):

@@ -19,8 +19,8 @@ says:
 
 An idle instance is billed while it idles (the ledger's ``idle`` entries); this function only
 says how many — the backends carry it out and the planner prices reuse against a fresh start.
-Issue 18 builds the rest (the planner's reuse price, the simulator's and the sandbox's pools,
-batching); this is its first piece.
+Batching — which jobs wait to run back to back on a pool's instances — is
+:mod:`budgeteer.core.batching`'s, from the :class:`PoolView` each snapshot carries.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class PoolSettings:
     maximum: int | None = None
     idle_timeout_seconds: float = 600.0
     startup_seconds: float = 120.0  # the lead to boot ahead of known demand
+    #: how long a job placed on the pool may wait to run back to back on one of its instances
+    #: instead of booting its own (:mod:`budgeteer.core.batching`); 0: never
+    batch_wait_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.minimum < 0:
@@ -57,10 +60,24 @@ class PoolSettings:
             raise PoolError(
                 f"pools.{self.name}.idle_timeout: must be ≥ 0 s, got {self.idle_timeout_seconds}"
             )
+        if not self.batch_wait_seconds >= 0:
+            raise PoolError(
+                f"pools.{self.name}.batch_wait: must be ≥ 0 s, got {self.batch_wait_seconds}"
+            )
         if not self.startup_seconds >= 0:
             raise PoolError(
                 f"pools.{self.name}.startup_seconds: must be ≥ 0, got {self.startup_seconds}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pooled offering as the planner sees it (in :attr:`~budgeteer.core.Snapshot.pools`):
+    its settings and how many of its instances idle warm now. Its busy instances are the
+    running allocations on ``settings.name`` (the offering id)."""
+
+    settings: PoolSettings
+    idle: int = 0
 
 
 @dataclass(frozen=True, slots=True)

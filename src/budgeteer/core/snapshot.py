@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from budgeteer.core.pools import PoolView
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.egress import EgressTable
 from budgeteer.domain.job import Job
@@ -19,6 +20,9 @@ class Allocation:
     offering_id: str
     instances: int
     committed_usd: float
+    #: when its plan expected it to end (None when not known: an attempt re-attached after a
+    #: restart); a job batched on a pool waits for the instances this frees
+    expected_end: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +51,6 @@ class Snapshot:
     #: catalog's, where it differs (:mod:`budgeteer.core.speed`); a job's work there is divided
     #: by it
     speeds: tuple[tuple[str, str, float], ...] = ()
+    #: the pooled offerings (:mod:`budgeteer.core.pools`): settings and warm instances now; the
+    #: batching step reads them
+    pools: tuple[PoolView, ...] = ()

@@ -148,7 +148,13 @@ class Launcher:
             self.store.clear_backoff(offering.id)
         if self.book is not None:
             self.book.observe(offering, True, now)
-        live = Live(attempt, handle, placement.expected_cost_usd, attempt.started_at)
+        live = Live(
+            attempt,
+            handle,
+            placement.expected_cost_usd,
+            attempt.started_at,
+            expected_end=placement.finish,
+        )
         self.live.add(live)
         return live
 

@@ -16,14 +16,16 @@ from budgeteer.store.base import Attempt
 
 @dataclass
 class Live:
-    """One live attempt: its record, the backend's handle, the cost its plan expected and the
-    ledger's progress (billed up to ``billed_until``, ``billed_usd`` so far)."""
+    """One live attempt: its record, the backend's handle, the cost its plan expected, the
+    ledger's progress (billed up to ``billed_until``, ``billed_usd`` so far) and when its plan
+    expected it to end."""
 
     attempt: Attempt
     handle: Handle
     expected_cost_usd: float
     billed_until: datetime
     billed_usd: Decimal = Decimal(0)
+    expected_end: datetime | None = None  # its plan's finish (unknown when re-attached)
 
     @property
     def committed_usd(self) -> float:
@@ -66,6 +68,7 @@ class LiveAttempts:
                 live.attempt.offering_id,
                 live.attempt.instances,
                 live.committed_usd,
+                live.expected_end,
             )
             for live in self._live.values()
         )

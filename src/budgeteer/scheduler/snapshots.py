@@ -22,6 +22,7 @@ from budgeteer.backends.market import CatalogPrices
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Allocation, Policy, Snapshot
+from budgeteer.core.pools import PoolView
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import LIVE_STATES, Job
 from budgeteer.domain.offering import Market, Offering, Price
@@ -125,10 +126,11 @@ class SnapshotBuilder:
             jobs = self._jobs(parked)
             now = self.clock.now()
             budgets = self.budgets()
+            warm = self._warm_now()
             return Snapshot(
                 now=now,
                 jobs=jobs,
-                offerings=self._warm(self.prices(now)),
+                offerings=self._warm(self.prices(now), warm),
                 throughput=tuple(self.catalog.throughput.items()),
                 egress=self.catalog.egress,
                 budgets=budgets,
@@ -137,15 +139,30 @@ class SnapshotBuilder:
                 capacity_back=self.capacity_back(now),
                 parked=parked,
                 speeds=self.speeds(),
+                pools=self._pools(warm),
             )
 
-    def _warm(self, offerings: tuple[Offering, ...]) -> tuple[Offering, ...]:
+    def _warm_now(self) -> dict[str, int]:
+        """Warm (idle) instances by pooled offering; none without pools."""
+        if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
+            return {}
+        return self.backend.warm_instances()
+
+    def _pools(self, warm: dict[str, int]) -> tuple[PoolView, ...]:
+        """The pooled offerings the batching step reads (only those that batch)."""
+        if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
+            return ()
+        return tuple(
+            PoolView(settings, warm.get(oid, 0))
+            for oid, settings in sorted(self.backend.pool_settings().items())
+            if settings.batch_wait_seconds > 0
+        )
+
+    @staticmethod
+    def _warm(offerings: tuple[Offering, ...], warm: dict[str, int]) -> tuple[Offering, ...]:
         """Offerings whose pool holds a warm instance start without a boot: the planner prices
         them so (their ``startup_seconds`` 0), so a job goes there when that is cheaper. The
         tuple is the same one while no instance is warm (the core's memos keep)."""
-        if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
-            return offerings
-        warm = self.backend.warm_instances()
         if not warm:
             return offerings
         return tuple(

@@ -53,7 +53,7 @@ from budgeteer.core.speed import modelled_fraction_per_hour
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.ledger.billing import amount_usd
-from budgeteer.sim.kernel import Event, Kernel
+from budgeteer.sim.kernel import AFTER_CYCLE, Event, Kernel
 from budgeteer.store.base import Store
 
 #: Seconds a job takes to write its checkpoint and exit after the notice.
@@ -325,14 +325,23 @@ class SimBackend(MarketPrices):
             now = self.kernel.now
             pool.idle_since += [now] * run.request.instances
             timeout = pool.settings.idle_timeout_seconds
+            # after the cycle of the same instant: a job batched behind this one takes the
+            # instance first, even with a timeout of 0
             self.kernel.after(
-                timeout, lambda: self._trim(run.request.offering), label=f"idle {oid}"
+                timeout,
+                lambda: self._trim(run.request.offering),
+                priority=AFTER_CYCLE,
+                label=f"idle {oid}",
             )
         else:
             self._in_use[oid] = self._in_use.get(oid, 0) - run.request.instances
         self.on_change()
 
     # -- pools ----------------------------------------------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return {oid: p.settings for oid, p in self._pools.items()}
+
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         return {oid: len(p.idle_since) for oid, p in self._pools.items() if p.idle_since}

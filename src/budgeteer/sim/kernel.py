@@ -27,6 +27,11 @@ from datetime import datetime, timedelta
 
 Action = Callable[[], None]
 
+#: the scheduler's cycles run after the market and backend events of the same instant (so a
+#: cycle sees everything that happened at its time); what must follow a cycle runs after that
+CYCLE_PRIORITY = 10
+AFTER_CYCLE = CYCLE_PRIORITY + 2
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Event:

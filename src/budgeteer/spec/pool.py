@@ -8,6 +8,8 @@ between jobs, and how (:mod:`budgeteer.core.pools` sizes them).
         min: 0                  # instances always kept (warm)
         max: 8                  # never more held (busy and idle)
         idle_timeout: 10m       # an idle instance with nothing planned is given back after it
+        batch_wait: 30m         # a job may wait this long to run back to back on a pool
+                                # instance instead of booting its own (0s, the default: never)
 
 Each offering a pattern matches gets a pool of its own with these settings; the first pattern
 that matches an offering wins.
@@ -16,6 +18,7 @@ that matches an offering wins.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -27,6 +30,14 @@ from budgeteer.errors import SpecError
 from budgeteer.spec.job import parse_duration
 
 MAX_POOL_INSTANCES = 10_000
+_ZERO = re.compile(r"\s*0+(\.0*)?\s*[dhms]?\s*")
+
+
+def _seconds(text: str) -> float:
+    """A pool's duration in seconds: ``"10m"``, ``"90s"`` … or zero (``"0s"``, ``"0"``)."""
+    if _ZERO.fullmatch(text):
+        return 0.0
+    return parse_duration(text).total_seconds()
 
 
 class PoolSpec(BaseModel):
@@ -38,11 +49,12 @@ class PoolSpec(BaseModel):
     min: Annotated[int, Field(ge=0, le=MAX_POOL_INSTANCES)] = 0
     max: Annotated[int, Field(ge=1, le=MAX_POOL_INSTANCES)] | None = None
     idle_timeout: str = "10m"
+    batch_wait: str = "0s"
 
-    @field_validator("idle_timeout")
+    @field_validator("idle_timeout", "batch_wait")
     @classmethod
     def _timeout(cls, value: str) -> str:
-        parse_duration(value)
+        _seconds(value)
         return value
 
     @model_validator(mode="after")
@@ -67,10 +79,11 @@ def pool_settings(
             raise SpecError(
                 f"{prefix}[{i}].offerings", f"matches no offering: {spec.offerings!r}", source
             )
-        timeout = parse_duration(spec.idle_timeout).total_seconds()
+        timeout = _seconds(spec.idle_timeout)
+        wait = _seconds(spec.batch_wait)
         for o in matched:
             out.setdefault(
                 o.id,
-                PoolSettings(o.id, spec.min, spec.max, timeout, o.startup_seconds),
+                PoolSettings(o.id, spec.min, spec.max, timeout, o.startup_seconds, wait),
             )
     return out

@@ -1,0 +1,197 @@
+"""Batching (issue 18, ``core/batching.py``): jobs placed on a pool wait to run back to back on
+its instances where that saves a boot and keeps their deadline — table tests of each rule, and
+properties over random queues: a waiting job still meets its deadline from the time its
+instance frees, waits no longer than its pool allows, and no instance runs two jobs at once."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgeteer.core import Allocation, HoldReason, Plan, Snapshot, plan_cycle
+from budgeteer.core.pools import PoolSettings, PoolView
+from budgeteer.domain.job import Job
+from budgeteer.domain.tier import Tier
+from builders import NOW, make_job, make_offering, make_snapshot
+
+T4 = "t4"
+BOOT = 120.0
+WAIT = 30 * 60.0
+
+
+def _offering() -> list:  # type: ignore[type-arg]
+    return [make_offering(T4, accelerator="T4", price=0.5, startup_seconds=BOOT)]
+
+
+def _job(name: str, *, ago_min: float = 0.0, seq: int = 0, **kw: object) -> Job:
+    """About 12 minutes of T4 work (0.05 reference hours at 0.25), deadline 4 h unless told."""
+    kw.setdefault("deadline_hours", 4.0)
+    return make_job(
+        name,
+        hours=0.05,
+        accelerators=("T4",),
+        spot=False,
+        submitted_hours_ago=ago_min / 60,
+        seq=seq,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _snapshot(
+    jobs: list[Job],
+    *,
+    idle: int = 0,
+    wait: float = WAIT,
+    running: tuple[Allocation, ...] = (),
+    pooled: bool = True,
+) -> Snapshot:
+    pools = (PoolView(PoolSettings(T4, 0, 8, 0.0, BOOT, wait), idle),) if pooled else ()
+    return make_snapshot(jobs, _offering(), running=running, pools=pools)
+
+
+def _busy(minutes: float, job: str = "r") -> Allocation:
+    return Allocation(job, T4, 1, 0.1, NOW + timedelta(minutes=minutes))
+
+
+def _outcome(plan: Plan) -> dict[str, str]:
+    out = {a.job_id: "launch" for a in plan.admissions}
+    out |= {h.job_id: f"hold:{h.reason}" for h in plan.holds}
+    return out
+
+
+def _detail(plan: Plan, job: str, key: str) -> datetime:
+    [hold] = [h for h in plan.holds if h.job_id == job]
+    return datetime.fromisoformat(dict(hold.details)[key])
+
+
+def test_a_warm_instance_takes_the_job_at_once() -> None:
+    plan = plan_cycle(_snapshot([_job("a")], idle=1))
+    assert _outcome(plan) == {"a": "launch"}
+
+
+def test_a_lone_job_waits_for_a_companion_until_its_wait_ends() -> None:
+    plan = plan_cycle(_snapshot([_job("a", ago_min=5)]))
+    assert _outcome(plan) == {"a": "hold:batched"}
+    [hold] = plan.holds
+    assert hold.wake_at == NOW + timedelta(minutes=25)  # submitted 5 min ago, waits 30
+    assert "share its start-up" in hold.message
+    # its wait over, it boots its own
+    assert _outcome(plan_cycle(_snapshot([_job("a", ago_min=31)]))) == {"a": "launch"}
+
+
+def test_two_jobs_run_back_to_back_on_one_instance() -> None:
+    a, b = _job("a", ago_min=10, seq=0), _job("b", seq=1)
+    plan = plan_cycle(_snapshot([a, b]))
+    assert _outcome(plan) == {"a": "launch", "b": "hold:batched"}
+    [launched] = plan.admissions
+    # b waits for a's instance: free when a's plan ends
+    assert _detail(plan, "b", "instance_free_at") == launched.placement.finish
+
+
+def test_a_job_waits_for_a_running_attempt_on_the_pool() -> None:
+    plan = plan_cycle(_snapshot([_job("a")], running=(_busy(10),)))
+    assert _outcome(plan) == {"a": "hold:batched"}
+    assert _detail(plan, "a", "instance_free_at") == NOW + timedelta(minutes=10)
+
+
+def test_an_instance_freeing_after_the_wait_does_not_hold_the_job() -> None:
+    # submitted 25 min ago, may wait 30: an instance free in 10 min is too late
+    plan = plan_cycle(_snapshot([_job("a", ago_min=25)], running=(_busy(10),)))
+    assert _outcome(plan) == {"a": "launch"}
+
+
+def test_a_deadline_that_cannot_absorb_the_wait_launches_now() -> None:
+    # 12 min of work (+ margin) due in 20 min: waiting 10 min for the instance would miss it
+    plan = plan_cycle(_snapshot([_job("a", deadline_hours=20 / 60)], running=(_busy(10),)))
+    assert _outcome(plan) == {"a": "launch"}
+    # and a lone job that could not boot at the end of its wait does not wait for a companion
+    plan = plan_cycle(_snapshot([_job("a", deadline_hours=40 / 60)]))
+    assert _outcome(plan) == {"a": "launch"}
+
+
+def test_p0_jobs_never_wait() -> None:
+    plan = plan_cycle(_snapshot([_job("a", tier=Tier.P0)], running=(_busy(5),)))
+    assert _outcome(plan) == {"a": "launch"}
+
+
+def test_multi_instance_jobs_never_wait() -> None:
+    job = dataclasses.replace(
+        _job("a"), resources=dataclasses.replace(_job("a").resources, min_workers=2, max_workers=2)
+    )
+    plan = plan_cycle(_snapshot([job], running=(_busy(5),)))
+    assert [a.placement.instances for a in plan.admissions] == [2]
+
+
+def test_without_batching_nothing_waits() -> None:
+    assert _outcome(plan_cycle(_snapshot([_job("a")], wait=0.0))) == {"a": "launch"}
+    assert _outcome(plan_cycle(_snapshot([_job("a")], pooled=False))) == {"a": "launch"}
+    # an attempt re-attached after a restart (no expected end) is not waited for
+    unknown = Allocation("r", T4, 1, 0.1, None)
+    plan = plan_cycle(_snapshot([_job("a", ago_min=31)], running=(unknown,)))
+    assert _outcome(plan) == {"a": "launch"}
+
+
+# -- properties -------------------------------------------------------------------------------
+
+queues = st.lists(
+    st.tuples(
+        st.floats(0, 45),  # submitted this many minutes ago
+        st.floats(0.3, 6),  # deadline, hours from now
+        st.sampled_from([Tier.P0, Tier.P1, Tier.P2, Tier.P3]),
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    queue=queues,
+    running=st.lists(st.floats(0, 60), max_size=3),  # expected ends, minutes from now
+    idle=st.integers(0, 2),
+)
+def test_waiting_jobs_keep_their_deadline_and_share_no_instance(
+    queue: list[tuple[float, float, Tier]], running: list[float], idle: int
+) -> None:
+    jobs = [
+        _job(f"j{i}", ago_min=ago, seq=i, deadline_hours=due, tier=tier)
+        for i, (ago, due, tier) in enumerate(queue)
+    ]
+    allocs = tuple(_busy(m, f"r{i}") for i, m in enumerate(running))
+    plan = plan_cycle(_snapshot(jobs, idle=idle, running=allocs))
+    alone = plan_cycle(_snapshot(jobs, idle=idle, running=allocs, pooled=False))
+    placed = {a.job_id: a.placement for a in alone.admissions}
+    batched = [h for h in plan.holds if h.reason is HoldReason.BATCHED]
+    # batching only delays: every job launched or batched is one the planner would launch
+    assert {a.job_id for a in plan.admissions} | {h.job_id for h in batched} == set(placed)
+    ends: Counter[datetime] = Counter()  # instances that free at each time
+    ends.update(max(NOW, NOW + timedelta(minutes=m)) for m in running)
+    ends.update(a.placement.finish for a in plan.admissions)
+    behind = []
+    by_id = {j.id: j for j in jobs}
+    for hold in batched:
+        job = by_id[hold.job_id]
+        assert job.tier is not Tier.P0
+        details = dict(hold.details)
+        run = placed[job.id].finish - NOW - timedelta(seconds=BOOT)
+        if "instance_free_at" in details:
+            free = datetime.fromisoformat(details["instance_free_at"])
+            assert NOW <= free <= job.submitted_at + timedelta(seconds=WAIT)
+            assert job.deadline is not None
+            assert free + run <= job.deadline
+            behind.append((free, run))
+        else:  # waiting for a companion: it can still boot at the end of its wait and be on time
+            until = datetime.fromisoformat(details["wait_until"])
+            assert until == job.submitted_at + timedelta(seconds=WAIT) > NOW
+            assert job.deadline is not None
+            assert until + timedelta(seconds=BOOT) + run <= job.deadline
+    # no instance runs two jobs at once: each waiting job takes an instance as it frees (a
+    # running attempt's, a launched job's, or one a waiting job before it frees), each once
+    for free, run in sorted(behind):
+        assert ends[free] > 0, (free, ends)
+        ends[free] -= 1
+        ends[free + run] += 1
