@@ -16,6 +16,7 @@ from budgeteer.catalog.onprem import OnPremSpec
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
+from budgeteer.spec.pool import PoolSpec
 
 
 class _Strict(BaseModel):
@@ -310,6 +311,18 @@ class ServiceConfig(_Strict):
     onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
     #: the trigger policy ``POST /v1/signals`` applies (``budgeteer.triggers.policy``)
     triggers: Path | None = None
+    #: offerings whose instances stay warm between jobs, and short jobs batched on them
+    #: (``budgeteer.spec.pool``); the sandbox backend keeps them
+    pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
+
+    @model_validator(mode="after")
+    def _pools_need_the_sandbox(self) -> ServiceConfig:
+        if self.pools and not isinstance(self.backend, SandboxConfig):
+            raise ValueError(
+                "pools: only the sandbox backend keeps instances warm between jobs so far; "
+                f"remove pools or use kind: sandbox (backend.kind is {self.backend.kind!r})"
+            )
+        return self
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:

@@ -19,6 +19,7 @@ from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.ledger.accounting import job_cost
+from budgeteer.ledger.billing import is_idle
 from budgeteer.ledger.waste import spend_by_job, waste_usd
 from budgeteer.store import Attempt, LedgerEntry
 
@@ -96,6 +97,12 @@ class StoreCollector(Collector):
         spent = spend_by_job((e.job_id, e.amount_usd) for e in ledger)
         waste.add_metric([], float(waste_usd(jobs, spent)))
         yield waste
+        idle = CounterMetricFamily(
+            "budgeteer_idle_usd",
+            "Spend on pooled instances kept warm between jobs (billed to the job before)",
+        )
+        idle.add_metric([], float(sum((e.amount_usd for e in ledger if is_idle(e)), Decimal(0))))
+        yield idle
         signals = CounterMetricFamily(
             "budgeteer_signals",
             "Retraining signals by kind and what they caused (submit, upgrade, none)",

@@ -212,6 +212,33 @@ def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) 
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class IdleTime:
+    """One pooled instance idle over ``[start, end)``: left warm when attempt ``attempt`` of
+    ``job_id`` ended, whose ledger pays for it (billed as idle, at the offering's price)."""
+
+    offering_id: str
+    start: datetime
+    end: datetime
+    job_id: str
+    attempt: int
+
+
+@runtime_checkable
+class IdleBilling(Protocol):
+    """A pooled backend that the scheduler sizes at the end of each cycle and whose idle time
+    it bills into the ledger (the sandbox; the simulator keeps both on its own timeline)."""
+
+    def release_idle(self) -> None:
+        """Give back the idle instances each pool's sizing releases now (after the cycle's
+        launches took what they could)."""
+        ...
+
+    def take_idle(self) -> list[IdleTime]:
+        """The idle stretches that ended since the last call (each handed out once)."""
+        ...
+
+
 @runtime_checkable
 class WarmPools(Protocol):
     """A backend that keeps instances warm between attempts (pools): its pools' settings, and

@@ -12,6 +12,15 @@ keeps its state in ``workdir/attempts/<job>.<attempt>/`` (launch record, shim pi
 status), so a sandbox created after a scheduler restart re-attaches to attempts that are still
 running (``adopt``) and learns how the others ended.
 
+Pools (``pools``: offering id → :class:`~budgeteer.core.pools.PoolSettings`): an attempt that
+ends on a pooled offering, unless the market took it, leaves its instances warm — idle, still
+holding the offering's capacity. The next launch there that fits in them starts at once, with
+no start-up; an idle instance is given back when :func:`~budgeteer.core.pools.size_pool` says
+so (past the pool's ``idle_timeout``, above its ``min``), when the market takes a warm spot
+instance, or to make room for a fresh launch. Each idle stretch is handed to the scheduler
+(:meth:`SandboxBackend.take_idle`), which bills it to the attempt that left the instance warm.
+Warm instances live in this process only: a restarted sandbox starts with none.
+
 An attempt on n instances runs the command n times side by side (one process per instance, with
 ``BUDGETEER_NODE_RANK`` and ``BUDGETEER_NUM_NODES``), takes n instances of the offering's
 capacity and ends when all of them have; the notice reaches every instance at once.
@@ -35,6 +44,7 @@ from budgeteer.backends.base import (
     Capabilities,
     CapacityUnavailable,
     Handle,
+    IdleTime,
     LaunchFailed,
     LaunchRequest,
     RunState,
@@ -50,7 +60,8 @@ from budgeteer.backends.jobuser import (
 )
 from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
 from budgeteer.clock import Clock
-from budgeteer.domain.offering import Market
+from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
+from budgeteer.domain.offering import Market, Offering
 
 
 @dataclass
@@ -69,6 +80,16 @@ class _Attempt:
     log_path: Path = field(default_factory=Path)
 
 
+@dataclass(frozen=True, slots=True)
+class _Warm:
+    """One idle pooled instance: since when, and the attempt whose end left it warm."""
+
+    since: datetime
+    offering: Offering
+    job_id: str
+    attempt: int
+
+
 class SandboxBackend(MarketPrices):
     """Local processes on a simulated market (see the module docstring)."""
 
@@ -84,6 +105,7 @@ class SandboxBackend(MarketPrices):
         *,
         run_as: JobUser | None = None,
         pass_env: tuple[str, ...] = (),
+        pools: dict[str, PoolSettings] | None = None,
     ) -> None:
         self.clock = clock
         self.market = market
@@ -95,6 +117,10 @@ class SandboxBackend(MarketPrices):
         self.pass_env = pass_env
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
+        self._pools = dict(pools or {})
+        self._warm: dict[str, list[_Warm]] = {}  # idle instances by offering id
+        self._idle: list[IdleTime] = []  # idle stretches ended, not yet taken
+        self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -103,19 +129,25 @@ class SandboxBackend(MarketPrices):
         with self._lock:
             self._advance()
             offering = request.offering
+            now = self.clock.now()
+            warm = self._take_warm(offering, request.instances, now)
             in_use = sum(
                 a.request.instances
                 for a in self._attempts.values()
                 if a.final is None and a.request.offering.id == offering.id
             )
             limit = offering.max_instances
-            if limit is not None and in_use + request.instances > limit:
+            if not warm and limit is not None:  # idle instances hold capacity: give some back
+                idle = self._warm.get(offering.id, [])
+                short = in_use + len(idle) + request.instances - limit
+                for w in sorted(idle, key=lambda w: w.since)[: max(short, 0)]:
+                    self._give_back(w, now)
+            if not warm and limit is not None and in_use + request.instances > limit:
                 raise CapacityUnavailable(
                     f"{offering.id}: {in_use} of {limit} instances are in use, "
                     f"{request.instances} asked for"
                 )
-            now = self.clock.now()
-            if not self.market.available(offering, now):
+            if not warm and not self.market.available(offering, now):
                 if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
                     raise CapacityUnavailable(
                         f"{offering.id}: the pool is closed at {now:%Y-%m-%d %H:%M}",
@@ -126,7 +158,9 @@ class SandboxBackend(MarketPrices):
             handle = Handle.of(self.name, hid, request, _ids(request), now)
             state_dir = self.workdir / "attempts" / hid
             state_dir.mkdir(parents=True, exist_ok=True)
-            ready_at = now + timedelta(seconds=offering.startup_seconds)
+            ready_at = now + timedelta(seconds=0.0 if warm else offering.startup_seconds)
+            if warm:
+                self.warm_starts.add(hid)
             _record(state_dir, launched_at=now.isoformat(), ready_at=ready_at.isoformat())
             self._attempts[hid] = _Attempt(
                 handle, request, ready_at, state_dir, log_path=self.workdir / "logs" / f"{hid}.log"
@@ -214,11 +248,90 @@ class SandboxBackend(MarketPrices):
                 f"checkpoint dir {request.checkpoint_dir} is not writable: {exc.strerror}"
             ) from None
 
+    # -- pools ----------------------------------------------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return dict(self._pools)
+
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        with self._lock:
+            self._advance()
+            return {oid: len(w) for oid, w in self._warm.items() if w}
+
+    def take_idle(self) -> list[IdleTime]:
+        """See :class:`~budgeteer.backends.base.IdleBilling`."""
+        with self._lock:
+            self._advance()
+            taken, self._idle = self._idle, []
+            return taken
+
+    def _take_warm(self, offering: Offering, instances: int, now: datetime) -> bool:
+        """Take ``instances`` warm instances of ``offering`` for a launch (the most recently
+        idle); False when its pool has not that many."""
+        idle = self._warm.get(offering.id, [])
+        if len(idle) < instances:
+            return False
+        idle.sort(key=lambda w: w.since)
+        for w in idle[-instances:]:
+            self._idle.append(IdleTime(offering.id, w.since, now, w.job_id, w.attempt))
+        del idle[-instances:]
+        return True
+
+    def _give_back(self, w: _Warm, at: datetime) -> None:
+        self._warm[w.offering.id].remove(w)
+        self._idle.append(IdleTime(w.offering.id, w.since, at, w.job_id, w.attempt))
+
+    def _ended(self, a: _Attempt) -> None:
+        """An attempt just ended: its instances go warm to its offering's pool, if it has one
+        and the market did not take them."""
+        req = a.request
+        final = a.final
+        if req.offering.id not in self._pools or a.preempted or a.started_at is None:
+            return
+        at = final.ended_at if final is not None and final.ended_at else self.clock.now()
+        warm = _Warm(at, req.offering, req.job_id, req.attempt)
+        self._warm.setdefault(req.offering.id, []).extend([warm] * req.instances)
+
+    def release_idle(self) -> None:
+        """See :class:`~budgeteer.backends.base.IdleBilling`."""
+        with self._lock:
+            self._advance()
+            now = self.clock.now()
+            for oid, idle in self._warm.items():
+                if idle:
+                    self._size(oid, idle, now)
+
+    def _size(self, oid: str, idle: list[_Warm], now: datetime) -> None:
+        busy = sum(
+            a.request.instances
+            for a in self._attempts.values()
+            if a.final is None and a.request.offering.id == oid
+        )
+        state = PoolState(busy, tuple(w.since for w in idle))
+        plan = size_pool(self._pools[oid], state, Demand(), now)
+        for since in plan.release:
+            self._give_back(next(w for w in idle if w.since == since), now)
+
+    def _revoked(self, now: datetime) -> None:
+        """Warm spot (or lent on-prem) instances the market took back."""
+        for idle in self._warm.values():
+            offering = idle[0].offering if idle else None
+            if offering is None or offering.market not in REVOCABLE:
+                continue
+            if not self.market.available(offering, now):
+                for w in list(idle):
+                    self._give_back(w, now)
+
     def _advance(self) -> None:
         now = self.clock.now()
         for attempt in self._attempts.values():
             if attempt.final is None:
                 self._step(attempt, now)
+                if attempt.final is not None:
+                    self._ended(attempt)
+        if self._warm:
+            self._revoked(now)
 
     def _step(self, a: _Attempt, now: datetime) -> None:
         offering = a.request.offering

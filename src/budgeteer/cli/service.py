@@ -22,6 +22,7 @@ from budgeteer.config import ApiConfig, load_config
 from budgeteer.display import usd, when
 from budgeteer.errors import BudgeteerError, SpecError
 from budgeteer.intake import submit_specs
+from budgeteer.ledger.billing import is_idle
 from budgeteer.ledger.waste import spend_by_job, wasted_jobs
 from budgeteer.scheduler import CycleReport, Driver, Scheduler
 from budgeteer.service.wiring import Service, build
@@ -267,6 +268,9 @@ def ledger(
     Console().print(table)
     total = sum((e.amount_usd for e in entries), Decimal(0))
     typer.echo(f"total: {total} USD" if detail else f"total: {usd(total)} USD")
+    idle = sum((e.amount_usd for e in entries if is_idle(e)), Decimal(0))
+    if idle:
+        typer.echo(f"of which idle (pooled instances kept warm between jobs): {usd(idle)} USD")
     jobs = {j.id: j for j in svc.store.jobs()}
     spent = spend_by_job((e.job_id, e.amount_usd) for e in svc.store.ledger())
     wasted = {j for ids in wasted_jobs(jobs).values() for j in ids}

@@ -17,6 +17,14 @@ from budgeteer.store.base import Attempt, LedgerEntry
 _HOUR = Decimal(3600)
 #: The ledger's scale: amounts are kept to 10⁻⁸ USD.
 LEDGER_QUANTUM = Decimal("1e-8")
+#: How an idle pooled instance's entries begin their price source (billed to the attempt that
+#: left it warm): ``"idle in pool: <the price's own source>"``.
+IDLE_SOURCE = "idle in pool: "
+
+
+def is_idle(entry: LedgerEntry) -> bool:
+    """Whether ``entry`` bills a pooled instance's idle time."""
+    return entry.price_source.startswith(IDLE_SOURCE)
 
 
 def amount_usd(usd_per_hour: Decimal, instances: int, start: datetime, end: datetime) -> Decimal:

@@ -9,7 +9,9 @@
 4. **plan** — the pure core, with every job whose planning raises quarantined
    (:func:`~budgeteer.core.quarantine.plan_isolated`);
 5. **apply** — dependency failures and expiries, holds (parked with their wake rules), and
-   launches with their backoffs (:mod:`~budgeteer.scheduler.launcher`).
+   launches with their backoffs (:mod:`~budgeteer.scheduler.launcher`);
+6. **pools** — a pooled backend gives back the idle instances no launch took and its pools'
+   sizing releases; their idle time is billed to the attempts that left them warm.
 
 The loop that calls :meth:`Scheduler.cycle` — leading, retrying, waiting for events — is
 :mod:`~budgeteer.scheduler.driver`, shared by ``budgeteer run`` and ``budgeteer serve``; the
@@ -26,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 
-from budgeteer.backends.base import ComputeBackend
+from budgeteer.backends.base import ComputeBackend, IdleBilling
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import FrontCache, HoldReason, Plan, Policy, Snapshot
@@ -146,6 +148,11 @@ class Scheduler:
         self.quarantined = MappingProxyType(still | quarantined(plan))  # published whole
         # 5. apply
         self._apply(plan, snapshot, report)
+        # 6. pools: what no launch took and the pools' sizing releases is given back; the idle
+        # time billed to the attempts that left the instances warm
+        if self.policy.use_pools and isinstance(self.backend, IdleBilling):
+            self.backend.release_idle()
+            self.reconciler.bill_idle(self.backend.take_idle())
         report.plan = plan
         return report
 

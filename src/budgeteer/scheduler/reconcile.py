@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from budgeteer.backends.base import ComputeBackend, RunState
+from budgeteer.backends.base import ComputeBackend, IdleTime, RunState
 from budgeteer.clock import Clock
 from budgeteer.core import Plan, Policy
 from budgeteer.core.control import ActionKind, Running, runtime_action
@@ -33,14 +33,14 @@ from budgeteer.core.progress import Sample, Trend
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market
 from budgeteer.domain.outcome import AttemptOutcome
-from budgeteer.ledger.billing import ledger_entries
+from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, ledger_entries
 from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import Live, LiveAttempts
 from budgeteer.scheduler.progress import ProgressSource
 from budgeteer.scheduler.snapshots import SpendLedger
 from budgeteer.scheduler.speeds import SpeedBook
 from budgeteer.scheduler.spot_live import LiveSpot
-from budgeteer.store.base import Store
+from budgeteer.store.base import LedgerEntry, Store
 
 S = JobState
 log = logging.getLogger("budgeteer.scheduler")
@@ -271,6 +271,35 @@ class Reconciler:
         start = states.index(job.state) + 1 if job.state in states else 0
         for state, cause in path[start:]:
             self.store.transition(job.id, state, at=at, cause=cause)
+
+    def bill_idle(self, stretches: list[IdleTime]) -> None:
+        """Ledger entries for pooled instances' idle stretches, each billed to the attempt that
+        left the instance warm (one instance, at the offering's price; the source says idle)."""
+        for idle in stretches:
+            if idle.end <= idle.start:
+                continue  # taken by the next job the moment it was left
+            attempt = next(
+                (a for a in self.store.attempts(idle.job_id) if a.number == idle.attempt), None
+            )
+            offering = self.launcher.offerings.get(idle.offering_id)
+            if attempt is None or offering is None:
+                log.error("idle time on %s of an unknown attempt %s", idle.offering_id, idle)
+                continue
+            for start, end, price, source in self.backend.price_segments(
+                offering, idle.start, idle.end
+            ):
+                entry = LedgerEntry(
+                    attempt.id,
+                    attempt.job_id,
+                    start,
+                    end,
+                    price,
+                    amount_usd(price, 1, start, end),
+                    f"{IDLE_SOURCE}{source}",
+                    1,
+                )
+                if self.store.add_ledger_entry(entry):
+                    self.spend.add(entry)
 
     def _bill(self, live: Live, until: datetime) -> None:
         """Ledger entries for ``[billed until, until)``, one per stretch at one price."""

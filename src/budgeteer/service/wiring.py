@@ -43,6 +43,7 @@ from budgeteer.service.hardening import protected
 from budgeteer.spec import load_budgets_file
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.files import read_document
+from budgeteer.spec.pool import pool_settings
 from budgeteer.store import SqlStore
 from budgeteer.traces import load_price_series, load_trace
 from budgeteer.triggers.policy import TriggerPolicy, load_policy
@@ -133,6 +134,7 @@ class Service:
                 grace_seconds=backend_cfg.grace_seconds,
                 run_as=self.job_user(),
                 pass_env=tuple(backend_cfg.pass_env),
+                pools=pool_settings(self.config.pools, catalog.offerings),
             )
         if isinstance(backend, CatalogPrices) and self.config.prices is not None:
             backend.live_prices = self.store_prices()

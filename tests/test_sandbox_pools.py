@@ -1,0 +1,208 @@
+"""Pools on the sandbox, end to end (issue 18): two short training jobs submitted together run
+back to back on one warm instance — one start-up — each with the model of a separate run; the
+ledger splits the instance's time exactly between them and bills the idle time after them to
+the attempt that left the instance warm."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from budgeteer.backends import SandboxBackend, TraceMarket
+from budgeteer.catalog import Catalog
+from budgeteer.clock import ManualClock
+from budgeteer.config import load_config
+from budgeteer.core.pools import PoolSettings
+from budgeteer.domain.job import Job
+from budgeteer.domain.job import JobState as S
+from budgeteer.errors import SpecError, SpecErrors
+from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
+from budgeteer.scheduler import Scheduler
+from budgeteer.service.wiring import build as build_service
+from budgeteer.store import SqlStore
+from budgeteer.store.base import LedgerEntry
+from builders import EGRESS, THROUGHPUT, make_job, make_offering
+from test_loop_e2e import ARGS, SCRIPT, _baseline
+
+T0 = datetime(2026, 12, 4, 1, tzinfo=UTC)
+PRICE = Decimal("3.0")
+BOOT = 120.0
+
+
+def _loop(sched: Scheduler, clock: ManualClock, until: Callable[[], bool], step: float) -> None:
+    for _ in range(4000):
+        sched.cycle()
+        if until():
+            return
+        clock.advance(step)
+        time.sleep(0.01)
+    raise AssertionError("the loop did not get there")
+
+
+def _world(
+    tmp_path: Path, batch_wait: float, idle_timeout: float = 60.0
+) -> tuple[Scheduler, SqlStore, ManualClock, SandboxBackend]:
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+    catalog = Catalog((od,), dict(THROUGHPUT), EGRESS, "test")
+    clock = ManualClock(T0)
+    store = SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    market = TraceMarket(np.array([False]), 60, T0)
+    pools = {"od": PoolSettings("od", 0, 4, idle_timeout, BOOT, batch_wait)}
+    backend = SandboxBackend(clock, market, tmp_path / "work", pools=pools)
+    return Scheduler(store, backend, catalog, clock, tmp_path / "ckpt"), store, clock, backend
+
+
+def _jobs(tmp_path: Path) -> list[Job]:
+    return [
+        dataclasses.replace(
+            make_job(name, hours=0.05, spot=False, seq=i),
+            submitted_at=T0,
+            command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(tmp_path / f"{name}.npy")),
+        )
+        for i, name in enumerate(("a", "b"))
+    ]
+
+
+def test_two_short_jobs_share_one_warm_instance(tmp_path: Path) -> None:
+    baseline = _baseline(tmp_path)
+    sched, store, clock, backend = _world(tmp_path, batch_wait=1800)
+    store.submit(_jobs(tmp_path), at=T0)
+
+    sched.cycle()
+    assert store.job("a").state is S.PROVISIONING  # a boots the instance
+    assert store.job("b").state is S.HELD  # b waits to run after it, on the same instance
+    b_cause = store.events("b")[-1].cause
+    assert b_cause.startswith("batched: runs on od"), b_cause
+
+    _loop(sched, clock, lambda: store.job("b").state.is_terminal, step=5.0)
+    assert store.job("a").state is store.job("b").state is S.SUCCEEDED
+    [a], [b] = store.attempts("a"), store.attempts("b")
+    assert a.ended_at is not None
+    assert b.ended_at is not None
+    assert b.started_at == a.ended_at  # the moment a ended, b took its instance
+    assert backend.warm_starts == {"b.1"}  # one start-up for the two
+    b_running = next(e.at for e in store.events("b") if e.to_state is S.RUNNING)
+    assert b_running - b.started_at < timedelta(seconds=BOOT)  # no boot before b ran
+    for name in "ab":  # each trained the model a separate run trains
+        assert np.array_equal(np.load(baseline), np.load(tmp_path / f"{name}.npy"))
+
+    # b ended; the instance idles until the pool's timeout (60 s), then is given back
+    _loop(sched, clock, lambda: backend.warm_instances() == {}, step=5.0)
+    released = clock.now()
+    ledger = store.ledger()
+    idle = [e for e in ledger if is_idle(e)]
+    assert [(e.job_id, e.attempt_id, e.start) for e in idle] == [("b", b.id, b.ended_at)]
+    assert idle[0].end == released
+    assert released - b.ended_at >= timedelta(seconds=60)
+    assert idle[0].price_source.startswith("idle in pool: ")
+    assert idle[0].amount_usd == amount_usd(PRICE, 1, b.ended_at, released)
+    # each attempt billed its own time; with the idle, the one instance's whole life, exactly
+    for attempt in (a, b):
+        own = [e for e in ledger if e.attempt_id == attempt.id and not is_idle(e)]
+        billed = sum((e.amount_usd for e in own), Decimal(0))
+        assert attempt.ended_at is not None
+        expected = amount_usd(PRICE, 1, attempt.started_at, attempt.ended_at)
+        assert abs(billed - expected) <= len(own) * Decimal("0.5e-8")
+    total = sum((e.amount_usd for e in ledger), Decimal(0))
+    whole = amount_usd(PRICE, 1, a.started_at, released)
+    assert abs(total - whole) <= len(ledger) * Decimal("0.5e-8")
+    store.close()
+
+
+def test_without_a_batch_wait_each_job_boots_its_own(tmp_path: Path) -> None:
+    sched, store, clock, backend = _world(tmp_path, batch_wait=0, idle_timeout=0)
+    store.submit(_jobs(tmp_path), at=T0)
+    sched.cycle()
+    assert store.job("a").state is store.job("b").state is S.PROVISIONING
+    _loop(sched, clock, lambda: all(store.job(j).state.is_terminal for j in "ab"), step=5.0)
+    assert backend.warm_starts == set()
+    assert not [e for e in store.ledger() if is_idle(e)]  # given back the moment each ended
+    store.close()
+
+
+# -- pools in the service's config (`pools:`, the sandbox) ----------------------------------------
+def _config(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    path = tmp_path / "budgeteer.yaml"
+    path.write_text(yaml.safe_dump({"store": "sqlite:///state.db", **doc}))
+    return path
+
+
+def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
+    pool = {"offerings": "aws/us-east-1/*/g4dn.xlarge/*", "max": 4, "batch_wait": "20m"}
+    svc = build_service(*load_config(_config(tmp_path, {"pools": [pool]})))
+    sched = svc.scheduler()
+    assert isinstance(sched.backend, SandboxBackend)
+    settings = sched.backend.pool_settings()
+    assert settings
+    assert all("g4dn.xlarge" in oid for oid in settings)
+    first = next(iter(settings.values()))
+    assert (first.maximum, first.batch_wait_seconds, first.idle_timeout_seconds) == (4, 1200, 600)
+    # the planner sees them: each cycle's snapshot carries the pools that batch
+    assert {v.settings.name for v in sched.snapshot().pools} == set(settings)
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "problem"),
+    [
+        ({"pools": [{"offerings": "onprem/*"}]}, "pools[0].offerings", "matches no offering"),
+        ({"pools": [{"offerings": "*", "min": 3, "max": 1}]}, "pools[0]", "above max (1)"),
+        ({"pools": [{"offerings": "*", "idle_timeout": "-1m"}]}, "pools[0].idle_timeout", "-1m"),
+        ({"pools": [{"offerings": "*", "batch_wait": "later"}]}, "pools[0].batch_wait", "later"),
+        ({"pools": [{"offerings": "*", "colour": "red"}]}, "pools[0].colour", "unknown field"),
+        (
+            {
+                "pools": [{"offerings": "*"}],
+                "backend": {
+                    "kind": "ray",
+                    "address": "http://127.0.0.1:8265",
+                    "placements": {"aws/us-east-1/*/g4dn.xlarge/on_demand": "gpu"},
+                },
+            },
+            "",
+            "only the sandbox backend",
+        ),
+    ],
+)
+def test_bad_pools_in_the_config_are_refused_by_field(
+    tmp_path: Path, doc: dict[str, Any], field: str, problem: str
+) -> None:
+    with pytest.raises((SpecErrors, SpecError)) as err:
+        build_service(*load_config(_config(tmp_path, doc))).scheduler()
+    found = err.value.errors if isinstance(err.value, SpecErrors) else (err.value,)
+    assert any(field in e.field and problem in e.problem for e in found), found
+
+
+def test_idle_spend_shows_in_the_metrics(tmp_path: Path) -> None:
+    from api_world import ADMIN, bill, job_spec, make_world  # noqa: PLC0415
+
+    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
+    try:
+        job_id = w.http.post("/v1/jobs", json=job_spec(), headers=w.auth(w.growth)).json()["id"]
+        bill(w, job_id, "2.00")
+        [attempt] = w.store.attempts(job_id)
+        start = w.clock.now() + timedelta(hours=1)
+        w.store.add_ledger_entry(
+            LedgerEntry(
+                attempt.id,
+                job_id,
+                start,
+                start + timedelta(minutes=15),
+                Decimal("2.00"),
+                Decimal("0.50"),
+                f"{IDLE_SOURCE}catalog",
+            )
+        )
+        text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
+        assert "budgeteer_idle_usd_total 0.5" in text
+    finally:
+        w.store.close()
