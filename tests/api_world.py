@@ -15,6 +15,7 @@ from budgeteer.api import ApiContext, create_app
 from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.catalog import load_catalog
 from budgeteer.clock import ManualClock
+from budgeteer.core.pools import PoolSettings
 from budgeteer.scheduler import Scheduler
 from budgeteer.store import LedgerEntry, SqlStore
 
@@ -42,14 +43,18 @@ class World:
         return {"Authorization": f"Bearer {token}"}
 
 
-def make_world(url: str, tmp_path: Path, max_body_bytes: int = 64 * 1024) -> World:
-    """Build it (see the module docstring)."""
+def make_world(
+    url: str,
+    tmp_path: Path,
+    max_body_bytes: int = 64 * 1024,
+    pools: dict[str, PoolSettings] | None = None,
+) -> World:
+    """Build it (see the module docstring); ``pools`` for the sandbox."""
     store = SqlStore(url)
     clock = ManualClock(T0)
     market = TraceMarket(np.ones(100_000, dtype=bool), 60, T0)
-    sched = Scheduler(
-        store, SandboxBackend(clock, market, tmp_path / "work"), CATALOG, clock, tmp_path / "ck"
-    )
+    backend = SandboxBackend(clock, market, tmp_path / "work", pools=pools)
+    sched = Scheduler(store, backend, CATALOG, clock, tmp_path / "ck")
     ctx = ApiContext(
         store=store,
         catalog=CATALOG,

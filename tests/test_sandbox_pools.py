@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from budgeteer.backends import SandboxBackend, TraceMarket
-from budgeteer.catalog import Catalog
+from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.config import load_config
 from budgeteer.core.pools import PoolSettings
@@ -204,5 +204,35 @@ def test_idle_spend_shows_in_the_metrics(tmp_path: Path) -> None:
         )
         text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
         assert "budgeteer_idle_usd_total 0.5" in text
+    finally:
+        w.store.close()
+
+
+def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
+    from api_world import ADMIN, job_spec, make_world  # noqa: PLC0415
+
+    t4 = [o.id for o in load_catalog().offerings if o.accelerator == "T4"]
+    pools = {oid: PoolSettings(oid, 0, 3, 600.0, BOOT, 900.0) for oid in t4}
+    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path, pools=pools)
+    try:
+        spec = job_spec(resources={"accelerators": ["T4"]}, spot={"allowed": False})
+        job_id = w.http.post("/v1/jobs", json=spec, headers=w.auth(w.growth)).json()["id"]
+        _loop(w.sched, w.clock, lambda: w.store.job(job_id).state.is_terminal, step=60.0)
+        [attempt] = w.store.attempts(job_id)
+        od = attempt.offering_id
+        rows = w.http.get("/v1/offerings?limit=5000", headers=w.auth(w.growth)).json()
+        pooled = {r["id"]: r["pool"] for r in rows["offerings"] if r["pool"]}
+        assert set(pooled) == set(t4)
+        assert {k: v for k, v in pooled.items() if v["warm_instances"]} == {
+            od: {
+                "min": 0,
+                "max": 3,
+                "idle_timeout_seconds": 600.0,
+                "batch_wait_seconds": 900.0,
+                "warm_instances": 1,  # the job's instance, idle since it ended
+            }
+        }
+        text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
+        assert f'budgeteer_pool_warm_instances{{offering="{od}"}} 1.0' in text
     finally:
         w.store.close()

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from budgeteer.api.auth import hash_token, new_secret
 from budgeteer.api.deps import Admin, Ctx, Person
+from budgeteer.core.pools import PoolView
 from budgeteer.core.spot.estimate import MarketHistory, mean_hours
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.store import ApiToken, OfferingBackoff, PricePoint, Store
@@ -83,8 +84,10 @@ def list_offerings(
     probed again, and when plans expect room (a spot drought's expected end, a pool's
     opening) — what the scheduler now counts in every plan there; a spot offering the
     scheduler has seen carries ``spot_market``: up or down now and since when, the periods
-    seen, their mean lengths, and the hazards the spot decider reads (per hour, by age)."""
+    seen, their mean lengths, and the hazards the spot decider reads (per hour, by age); a
+    pooled offering carries ``pool``: its settings and the instances idling warm now."""
     now = ctx.clock.now()
+    pools = {v.settings.name: v for v in ctx.snapshot().pools}
     backoffs = {b.offering_id: b for b in ctx.store.backoffs()}
     markets = {m.offering_id: m for m in ctx.store.markets()}
     live: dict[str, PricePoint] = {}
@@ -112,9 +115,21 @@ def list_offerings(
                 "interruption_per_hour": o.interruption_per_hour,
                 "backoff": _backoff(backoffs[o.id]) if o.id in backoffs else None,
                 "spot_market": _market(markets[o.id], now) if o.id in markets else None,
+                "pool": _pool(pools[o.id]) if o.id in pools else None,
             }
             for o in rows[:limit]
         ]
+    }
+
+
+def _pool(view: PoolView) -> dict[str, Any]:
+    s = view.settings
+    return {
+        "min": s.minimum,
+        "max": s.maximum,
+        "idle_timeout_seconds": s.idle_timeout_seconds,
+        "batch_wait_seconds": s.batch_wait_seconds,
+        "warm_instances": view.idle,
     }
 
 

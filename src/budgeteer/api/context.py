@@ -101,6 +101,8 @@ class ApiContext:
         with self._lock:
             self._tokens.clear()
 
-    def plan(self) -> Plan:
-        """The plan the core would make now (pure; nothing is applied)."""
-        return plan_isolated(self.snapshot(), self.policy, self.front_cache, self.quarantined())
+    def plan(self, snapshot: Snapshot | None = None) -> Plan:
+        """The plan the core would make now, or from ``snapshot`` (pure; nothing is
+        applied)."""
+        snapshot = snapshot if snapshot is not None else self.snapshot()
+        return plan_isolated(snapshot, self.policy, self.front_cache, self.quarantined())

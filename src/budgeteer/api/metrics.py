@@ -133,7 +133,16 @@ class StoreCollector(Collector):
         yield savings
 
     def _budgets(self) -> Iterator[GaugeMetricFamily]:
-        plan = self.ctx.plan()
+        snapshot = self.ctx.snapshot()
+        warm = GaugeMetricFamily(
+            "budgeteer_pool_warm_instances",
+            "Instances idling warm in each pooled offering's pool now",
+            labels=["offering"],
+        )
+        for view in snapshot.pools:
+            warm.add_metric([view.settings.name], view.idle)
+        yield warm
+        plan = self.ctx.plan(snapshot)
         names = ("limit", "accrued", "committed", "remaining")
         families = {
             n: GaugeMetricFamily(f"budgeteer_budget_{n}_usd", f"Budget {n}", labels=["budget"])

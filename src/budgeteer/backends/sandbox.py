@@ -255,14 +255,16 @@ class SandboxBackend(MarketPrices):
 
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
-        with self._lock:
-            self._advance()
+        if not self._pools:
+            return {}
+        with self._lock:  # as the loop last advanced it (API threads read this too)
             return {oid: len(w) for oid, w in self._warm.items() if w}
 
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
+        if not self._pools:
+            return []
         with self._lock:
-            self._advance()
             taken, self._idle = self._idle, []
             return taken
 
@@ -295,8 +297,9 @@ class SandboxBackend(MarketPrices):
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
-        with self._lock:
-            self._advance()
+        if not self._pools:
+            return
+        with self._lock:  # what the loop's reconcile saw: ends noticed later go next cycle
             now = self.clock.now()
             for oid, idle in self._warm.items():
                 if idle:

@@ -52,5 +52,5 @@ class Snapshot:
     #: by it
     speeds: tuple[tuple[str, str, float], ...] = ()
     #: the pooled offerings (:mod:`budgeteer.core.pools`): settings and warm instances now; the
-    #: batching step reads them
+    #: batching step reads those with a ``batch_wait``
     pools: tuple[PoolView, ...] = ()

@@ -149,13 +149,13 @@ class SnapshotBuilder:
         return self.backend.warm_instances()
 
     def _pools(self, warm: dict[str, int]) -> tuple[PoolView, ...]:
-        """The pooled offerings the batching step reads (only those that batch)."""
+        """The pooled offerings: settings and warm instances now (the batching step reads
+        those that batch; the API shows them all)."""
         if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
             return ()
         return tuple(
             PoolView(settings, warm.get(oid, 0))
             for oid, settings in sorted(self.backend.pool_settings().items())
-            if settings.batch_wait_seconds > 0
         )
 
     @staticmethod
