@@ -3,7 +3,8 @@ and how many to boot ahead of a known burst.
 
 A pool groups the instances of some offerings (an accelerator × market × region, or named
 offerings) that the fleet keeps between jobs instead of giving each attempt fresh ones. Its
-settings: ``minimum`` instances always kept (warm), ``maximum`` never exceeded, and
+settings: ``minimum`` instances always kept (warm), ``maximum`` never exceeded by what it keeps
+(launches are bounded by the offering's capacity, not by it), and
 ``idle_timeout_seconds`` — an instance idle longer than that with nothing planned for it is
 given back (with ``minimum`` 0 the pool scales to zero). Each cycle :func:`size_pool` reads the
 pool's instances (busy, and idle since when) and its demand — instances jobs placed there need

@@ -6,7 +6,7 @@ between jobs, and how (:mod:`budgeteer.core.pools` sizes them).
     pools:
       - offerings: "aws/us-east-1/*/g4dn.xlarge/*"   # a glob over offering ids
         min: 0                  # instances always kept (warm)
-        max: 8                  # never more held (busy and idle)
+        max: 8                  # idle instances beyond max (busy + idle) go back at once
         idle_timeout: 10m       # an idle instance with nothing planned is given back after it
         batch_wait: 30m         # a job may wait this long to run back to back on a pool
                                 # instance instead of booting its own (0s, the default: never)
