@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgeteer.core import Allocation, HoldReason, Plan, Snapshot, plan_cycle
-from budgeteer.core.pools import PoolSettings, PoolView
+from budgeteer.core.pools import PoolSettings, PoolView, pooled_offerings
 from budgeteer.domain.job import Job
 from budgeteer.domain.tier import Tier
 from builders import NOW, make_job, make_offering, make_snapshot
@@ -195,3 +195,48 @@ def test_waiting_jobs_keep_their_deadline_and_share_no_instance(
         assert ends[free] > 0, (free, ends)
         ends[free] -= 1
         ends[free + run] += 1
+
+
+# -- the pool's max bounds what runs there ------------------------------------------------------
+
+
+def _capped(jobs: list[Job], running: tuple[Allocation, ...], *, other: bool) -> Snapshot:
+    """A pool of at most two T4 instances (no batching), and — with ``other`` — a dearer T4
+    offering in another zone."""
+    pools = (PoolView(PoolSettings(T4, 0, 2, 0.0, BOOT, 0.0), 0),)
+    offerings = _offering()
+    if other:
+        offerings.append(make_offering("t4-b", accelerator="T4", price=0.9, startup_seconds=BOOT))
+    return make_snapshot(
+        jobs, list(pooled_offerings(tuple(offerings), pools)), running=running, pools=pools
+    )
+
+
+def test_a_full_pool_sends_the_job_elsewhere_or_makes_it_wait() -> None:
+    jobs = [_job("a")]
+    one = (_busy(20, "r1"),)
+    two = (_busy(20, "r1"), _busy(30, "r2"))
+    # room in the pool (one of two busy): the cheap pooled offering
+    [launch] = plan_cycle(_capped(jobs, one, other=True)).admissions
+    assert launch.placement.offering_id == T4
+    # the pool at its max: the dearer zone, not a third instance
+    [launch] = plan_cycle(_capped(jobs, two, other=True)).admissions
+    assert launch.placement.offering_id == "t4-b"
+    # nowhere else to go: the job waits for a pool instance to free
+    plan = plan_cycle(_capped(jobs, two, other=False))
+    assert _outcome(plan) == {"a": "hold:capacity"}
+
+
+def test_pooled_offerings_price_warm_instances_and_cap_at_max() -> None:
+    base = tuple(_offering())
+    assert pooled_offerings(base, ()) is base  # no pool: the same tuple (memos keep)
+    uncapped = (PoolView(PoolSettings(T4, 0, None, 0.0, BOOT, 0.0), 0),)
+    assert pooled_offerings(base, uncapped) is base
+    [cold] = pooled_offerings(base, (PoolView(PoolSettings(T4, 0, 3, 0.0, BOOT, 0.0), 0),))
+    assert (cold.max_instances, cold.startup_seconds) == (3, BOOT)
+    [warm] = pooled_offerings(base, (PoolView(PoolSettings(T4, 0, 3, 0.0, BOOT, 0.0), 1),))
+    assert (warm.max_instances, warm.startup_seconds) == (3, 0.0)
+    # the venue's own capacity stays the bound when it is the smaller
+    small = (dataclasses.replace(base[0], max_instances=2),)
+    [both] = pooled_offerings(small, (PoolView(PoolSettings(T4, 0, 3, 0.0, BOOT, 0.0), 0),))
+    assert both.max_instances == 2

@@ -27,6 +27,7 @@ from budgeteer.domain.job import Job
 from budgeteer.domain.job import JobState as S
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
+from budgeteer.ledger.pools import pool_history
 from budgeteer.scheduler import Scheduler
 from budgeteer.service.wiring import build as build_service
 from budgeteer.store import SqlStore
@@ -116,6 +117,17 @@ def test_two_short_jobs_share_one_warm_instance(tmp_path: Path) -> None:
     total = sum((e.amount_usd for e in ledger), Decimal(0))
     whole = amount_usd(PRICE, 1, a.started_at, released)
     assert abs(total - whole) <= len(ledger) * Decimal("0.5e-8")
+    # one instance, one id: b ran on a's; the dashboard's history reads the pool back from it
+    assert b.instance_ids == a.instance_ids
+    history = pool_history(["od"], store.attempts(), ledger, T0, released + timedelta(hours=1))
+    h = history["od"]
+    assert (h.launches, h.warm_starts) == (2, 1)
+    assert [s[1:] for s in h.steps] == [(1, 0), (0, 1), (0, 0)]  # never two at once
+    assert [s[0] for s in h.steps] == [a.started_at, b.ended_at, released]
+    assert h.idle_usd == idle[0].amount_usd.quantize(Decimal("0.01"))
+    assert h.idle_hours == (Decimal((released - b.ended_at).total_seconds()) / 3600).quantize(
+        Decimal("0.0001")
+    )
     store.close()
 
 
@@ -234,5 +246,14 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
         }
         text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
         assert f'budgeteer_pool_warm_instances{{offering="{od}"}} 1.0' in text
+        # the dashboard: a row per pool, the job's offering with one warm instance and its
+        # size over the day (one busy, then one idle)
+        page = w.http.get("/", headers=w.auth(w.growth)).text
+        assert page.count('<tr data-pool="') == len(t4)
+        row = page.split(f'<tr data-pool="{od}">')[1].split("</tr>")[0]
+        cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
+        assert cells[1:6] == ["3", "0", "1", "1", "0"]  # max, busy, warm, launches, warm starts
+        assert 'class="pool-size"' in page
+        assert 'class="busy"' in page
     finally:
         w.store.close()

@@ -354,6 +354,21 @@ def test_attempts_remember_the_cost_their_plan_expected(store: Store) -> None:
     assert attempt.expected_cost_usd == Decimal("12.345678")
 
 
+def test_an_attempt_records_its_instances_once_launched(store: Store) -> None:
+    store.submit([make_job("a")], at=NOW)
+    attempt = store.start_attempt(
+        "a", backend="sandbox", offering_id="o", market="spot", instance_ids=[], at=NOW
+    )
+    assert store.attempts("a")[0].instance_ids == ()  # kept before the launch, with none
+    recorded = store.record_instances(attempt.id, ["i-1", "i-2"])
+    assert recorded.instance_ids == ("i-1", "i-2")
+    assert store.attempts("a")[0].instance_ids == ("i-1", "i-2")
+    # again: a no-op (the first launch's instances stay the attempt's)
+    assert store.record_instances(attempt.id, ["i-9"]).instance_ids == ("i-1", "i-2")
+    with pytest.raises(UnknownJob):
+        store.record_instances(attempt.id + 100, ["i-3"])
+
+
 def test_listing_pages_filter_by_team_state_and_tier(store: Store) -> None:
     jobs = [
         make_job(f"j{i}", seq=i, team="growth" if i % 2 else "search", tier=Tier(i % 4))

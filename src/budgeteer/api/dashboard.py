@@ -1,14 +1,15 @@
 """The dashboard at ``/``: one server-rendered page (Jinja2, charts as inline SVG, no front-end
 build). It shows what the caller's token may see: budgets with burn-down, forecast and limit
 lines, the queue by tier with hold reasons, running jobs with progress and ETA against the
-deadline, recent preemptions, and savings against on-demand.
+deadline, recent preemptions, savings against on-demand, and each pool's size over the last day
+with its warm starts and idle cost.
 
 A browser cannot send a bearer header: the login form opens a server-side session
 (:mod:`budgeteer.api.sessions`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
@@ -33,6 +34,7 @@ from budgeteer.clock import Clock, simulated_time
 from budgeteer.display import usd, when
 from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
+from budgeteer.ledger.pools import PoolHistory, pool_history
 from budgeteer.ledger.waste import spend_by_job, waste_usd
 
 router = APIRouter(include_in_schema=False)
@@ -88,6 +90,18 @@ remaining ${{ b.remaining_usd | usd }} of ${{ b.limit_usd | usd }}
 <td class="{{ 'risk' if j.deadline_risk else 'ok' }}">{{ j.eta | when }}</td>
 <td>{{ j.deadline | when }}</td><td class="num">${{ j.cost.accrued_usd | usd }}</td></tr>
 {% else %}<tr><td colspan="6">nothing running</td></tr>{% endfor %}</table>
+{% if pools %}<h2>Pools</h2>
+<p>Instances held by each pool over the last {{ pool_hours }} hours: busy with a job (blue),
+idling warm (grey, billed as idle).</p>
+<table id="pools"><tr><th>offering</th><th class="num">max</th><th class="num">busy now</th>
+<th class="num">warm now</th><th class="num">launches</th><th class="num">warm starts</th>
+<th class="num">idle hours</th><th class="num">idle cost</th></tr>
+{% for p in pools %}<tr data-pool="{{ p.id }}"><td>{{ p.id }}</td>
+<td class="num">{{ p.max if p.max is not none else "—" }}</td><td class="num">{{ p.busy }}</td>
+<td class="num">{{ p.warm }}</td><td class="num">{{ p.launches }}</td>
+<td class="num warm-starts">{{ p.warm_starts }}</td><td class="num">{{ p.idle_hours }}</td>
+<td class="num idle-usd">${{ p.idle_usd | usd }}</td></tr>
+<tr><td colspan="8">{{ p.svg | safe }}</td></tr>{% endfor %}</table>{% endif %}
 <h2>Recent preemptions</h2>
 <table id="preemptions"><tr><th>job</th><th>offering</th><th>ended</th><th>reason</th></tr>
 {% for a in preemptions %}<tr><td>{{ a.job_id }}</td><td>{{ a.offering_id }}</td>
@@ -272,8 +286,92 @@ def dashboard(
         finished=finished,
         preemptions=preemptions,
         signals=[r for r in ctx.store.signals(limit=200) if who.sees_team(r.team)][:10],
+        pools=_pools(ctx, set(views)),
+        pool_hours=POOL_HOURS,
     )
     return HTMLResponse(html)
+
+
+POOL_HOURS = 24
+
+
+def _pools(ctx: Ctx, visible: set[str]) -> list[dict[str, Any]]:
+    """The pooled offerings' rows: settings, now, and the last :data:`POOL_HOURS` hours of the
+    caller's jobs there (a team sees its own share of a shared pool)."""
+    views = ctx.snapshot().pools
+    if not views:
+        return []
+    now = ctx.clock.now()
+    attempts = [a for a in ctx.store.attempts() if a.job_id in visible]
+    ledger = [e for e in ctx.store.ledger() if e.job_id in visible]
+    history = pool_history(
+        (v.settings.name for v in views),
+        attempts,
+        ledger,
+        now - timedelta(hours=POOL_HOURS),
+        now,
+    )
+    rows = []
+    for v in views:
+        h = history[v.settings.name]
+        busy = h.steps[-1][1]
+        rows.append(
+            {
+                "id": v.settings.name,
+                "max": v.settings.maximum,
+                "busy": busy,
+                "warm": v.idle,
+                "launches": h.launches,
+                "warm_starts": h.warm_starts,
+                "idle_hours": f"{h.idle_hours:.2f}",
+                "idle_usd": h.idle_usd,
+                "svg": pool_svg(h, now, v.settings.maximum),
+            }
+        )
+    return rows
+
+
+def pool_svg(history: PoolHistory, until: datetime, maximum: int | None) -> str:
+    """A pool's instances over the window as an inline SVG: busy (blue) and busy + idle (grey)
+    as step lines, the pool's ``max`` (red) when it has one."""
+    width, height = 640, 90
+    start = history.steps[0][0]
+    span = (until - start).total_seconds() or 1.0
+    top = max([maximum or 0, 1, *(b + i for _, b, i in history.steps)])
+
+    def x(at: datetime) -> float:
+        return 40 + (width - 50) * (at - start).total_seconds() / span
+
+    def y(n: int) -> float:
+        return height - 15 - (height - 25) * n / top
+
+    def line(pick: int) -> str:
+        pts: list[str] = []
+        for k, step in enumerate(history.steps):
+            n = step[1] + (step[2] if pick else 0)
+            nxt = history.steps[k + 1][0] if k + 1 < len(history.steps) else until
+            pts += [f"{x(step[0]):.1f},{y(n):.1f}", f"{x(nxt):.1f},{y(n):.1f}"]
+        return " ".join(pts)
+
+    cap = ""
+    if maximum is not None:
+        cap = (
+            f'<line x1="40" x2="{width - 10}" y1="{y(maximum):.1f}" y2="{y(maximum):.1f}" '
+            f'stroke="#b00020" stroke-dasharray="2 2"/>'
+            f'<text x="42" y="{y(maximum) - 3:.1f}" font-size="10" fill="#b00020">'
+            f"max {maximum}</text>"
+        )
+    return (
+        f'<svg class="pool-size" width="{width}" height="{height}" role="img" '
+        f'aria-label="instances in the pool {history.offering_id}">{cap}'
+        f'<polyline class="held" fill="none" stroke="#999" stroke-width="2" '
+        f'points="{line(1)}"/>'
+        f'<polyline class="busy" fill="none" stroke="#3b6fd1" stroke-width="2" '
+        f'points="{line(0)}"/>'
+        f'<text x="40" y="{height - 3}" font-size="10">{start:%m-%d %H:%M}</text>'
+        f'<text x="{width - 10}" y="{height - 3}" font-size="10" text-anchor="end">'
+        f"{until:%m-%d %H:%M}</text></svg>"
+    )
 
 
 def burn_down_svg(status: dict[str, Any], width: int = 640, height: int = 160) -> str:

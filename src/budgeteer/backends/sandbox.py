@@ -82,12 +82,14 @@ class _Attempt:
 
 @dataclass(frozen=True, slots=True)
 class _Warm:
-    """One idle pooled instance: since when, and the attempt whose end left it warm."""
+    """One idle pooled instance: since when, the attempt whose end left it warm, and its id
+    (kept by the attempt that takes it next: one instance, one id, however many jobs)."""
 
     since: datetime
     offering: Offering
     job_id: str
     attempt: int
+    instance_id: str
 
 
 class SandboxBackend(MarketPrices):
@@ -130,7 +132,8 @@ class SandboxBackend(MarketPrices):
             self._advance()
             offering = request.offering
             now = self.clock.now()
-            warm = self._take_warm(offering, request.instances, now)
+            reused = self._take_warm(offering, request.instances, now)
+            warm = reused is not None
             in_use = sum(
                 a.request.instances
                 for a in self._attempts.values()
@@ -155,13 +158,19 @@ class SandboxBackend(MarketPrices):
                     )
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
             hid = f"{request.job_id}.{request.attempt}"
-            handle = Handle.of(self.name, hid, request, _ids(request), now)
+            ids = reused or _ids(request)
+            handle = Handle.of(self.name, hid, request, ids, now)
             state_dir = self.workdir / "attempts" / hid
             state_dir.mkdir(parents=True, exist_ok=True)
             ready_at = now + timedelta(seconds=0.0 if warm else offering.startup_seconds)
             if warm:
                 self.warm_starts.add(hid)
-            _record(state_dir, launched_at=now.isoformat(), ready_at=ready_at.isoformat())
+            _record(
+                state_dir,
+                launched_at=now.isoformat(),
+                ready_at=ready_at.isoformat(),
+                instance_ids=list(ids),
+            )
             self._attempts[hid] = _Attempt(
                 handle, request, ready_at, state_dir, log_path=self.workdir / "logs" / f"{hid}.log"
             )
@@ -177,7 +186,8 @@ class SandboxBackend(MarketPrices):
             return None
         record = json.loads((state_dir / "launch.json").read_text())
         launched = datetime.fromisoformat(record["launched_at"])
-        handle = Handle.of(self.name, hid, request, _ids(request), launched)
+        ids = tuple(str(i) for i in record.get("instance_ids", ())) or _ids(request)
+        handle = Handle.of(self.name, hid, request, ids, launched)
         attempt = _Attempt(
             handle,
             request,
@@ -268,17 +278,20 @@ class SandboxBackend(MarketPrices):
             taken, self._idle = self._idle, []
             return taken
 
-    def _take_warm(self, offering: Offering, instances: int, now: datetime) -> bool:
+    def _take_warm(
+        self, offering: Offering, instances: int, now: datetime
+    ) -> tuple[str, ...] | None:
         """Take ``instances`` warm instances of ``offering`` for a launch (the most recently
-        idle); False when its pool has not that many."""
+        idle): their ids, or ``None`` when its pool has not that many."""
         idle = self._warm.get(offering.id, [])
         if len(idle) < instances:
-            return False
+            return None
         idle.sort(key=lambda w: w.since)
-        for w in idle[-instances:]:
+        taken = idle[-instances:]
+        for w in taken:
             self._idle.append(IdleTime(offering.id, w.since, now, w.job_id, w.attempt))
         del idle[-instances:]
-        return True
+        return tuple(w.instance_id for w in taken)
 
     def _give_back(self, w: _Warm, at: datetime) -> None:
         self._warm[w.offering.id].remove(w)
@@ -292,8 +305,9 @@ class SandboxBackend(MarketPrices):
         if req.offering.id not in self._pools or a.preempted or a.started_at is None:
             return
         at = final.ended_at if final is not None and final.ended_at else self.clock.now()
-        warm = _Warm(at, req.offering, req.job_id, req.attempt)
-        self._warm.setdefault(req.offering.id, []).extend([warm] * req.instances)
+        self._warm.setdefault(req.offering.id, []).extend(
+            _Warm(at, req.offering, req.job_id, req.attempt, iid) for iid in a.handle.instance_ids
+        )
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""

@@ -3,8 +3,9 @@ and how many to boot ahead of a known burst.
 
 A pool groups the instances of some offerings (an accelerator × market × region, or named
 offerings) that the fleet keeps between jobs instead of giving each attempt fresh ones. Its
-settings: ``minimum`` instances always kept (warm), ``maximum`` never exceeded by what it keeps
-(launches are bounded by the offering's capacity, not by it), and
+settings: ``minimum`` instances always kept (warm), ``maximum`` never exceeded by what it holds
+(busy and idle: the planner places no more than ``maximum`` instances there at once, see
+:func:`pooled_offerings`), and
 ``idle_timeout_seconds`` — an instance idle longer than that with nothing planned for it is
 given back (with ``minimum`` 0 the pool scales to zero). Each cycle :func:`size_pool` reads the
 pool's instances (busy, and idle since when) and its demand — instances jobs placed there need
@@ -26,10 +27,12 @@ Batching — which jobs wait to run back to back on a pool's instances — is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from budgeteer.domain.offering import Offering
 from budgeteer.errors import BudgeteerError
 
 
@@ -142,6 +145,34 @@ def size_pool(settings: PoolSettings, state: PoolState, demand: Demand, now: dat
     if release:
         reasons.append(f"release {len(release)} idle ≥ {settings.idle_timeout_seconds:g} s")
     return PoolPlan(target, boot, tuple(release), "; ".join(reasons))
+
+
+def pooled_offerings(
+    offerings: tuple[Offering, ...], pools: Sequence[PoolView]
+) -> tuple[Offering, ...]:
+    """The offerings as the planner sees them with their pools: one whose pool holds a warm
+    instance starts without a boot (``startup_seconds`` 0, so a job goes there when that is
+    cheaper, and only then); one whose pool has a ``maximum`` takes at most that many instances
+    at once (``max_instances`` capped: the pool grows up to it and a job that finds it full
+    goes elsewhere or waits for an instance to free — the place step counts the running ones).
+    The tuple is returned unchanged when no pool changes an offering (the core's memos keep)."""
+    by_id = {v.settings.name: v for v in pools}
+    changed = False
+    out: list[Offering] = []
+    for o in offerings:
+        view = by_id.get(o.id)
+        if view is None:
+            out.append(o)
+            continue
+        cap = view.settings.maximum
+        limit = o.max_instances if cap is None else min(cap, o.max_instances or cap)
+        startup = 0.0 if view.idle > 0 else o.startup_seconds
+        if limit == o.max_instances and startup == o.startup_seconds:
+            out.append(o)
+            continue
+        changed = True
+        out.append(dataclasses.replace(o, max_instances=limit, startup_seconds=startup))
+    return tuple(out) if changed else offerings
 
 
 def size_pools(

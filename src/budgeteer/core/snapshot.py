@@ -52,5 +52,7 @@ class Snapshot:
     #: by it
     speeds: tuple[tuple[str, str, float], ...] = ()
     #: the pooled offerings (:mod:`budgeteer.core.pools`): settings and warm instances now; the
-    #: batching step reads those with a ``batch_wait``
+    #: batching step reads those with a ``batch_wait``. ``offerings`` are already seen through
+    #: them (:func:`~budgeteer.core.pools.pooled_offerings`: no boot where one is warm, capacity
+    #: capped at the pool's ``max``)
     pools: tuple[PoolView, ...] = ()

@@ -144,6 +144,8 @@ class Launcher:
             reason = f"backend error: {type(exc).__name__}: {exc}"
             self._failed(job, attempt, reason, AttemptOutcome.BACKEND_ERROR, now, reason)
             return None
+        if handle.instance_ids:  # which instances this attempt's money is for
+            attempt = self.store.record_instances(attempt.id, handle.instance_ids)
         if self.full.pop(offering.id, None) is not None:
             self.store.clear_backoff(offering.id)
         if self.book is not None:

@@ -22,7 +22,7 @@ from budgeteer.backends.market import CatalogPrices
 from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import Allocation, Policy, Snapshot
-from budgeteer.core.pools import PoolView
+from budgeteer.core.pools import PoolView, pooled_offerings
 from budgeteer.domain.budget import Budget, SpendRecord
 from budgeteer.domain.job import LIVE_STATES, Job
 from budgeteer.domain.offering import Market, Offering, Price
@@ -126,11 +126,11 @@ class SnapshotBuilder:
             jobs = self._jobs(parked)
             now = self.clock.now()
             budgets = self.budgets()
-            warm = self._warm_now()
+            pools = self._pools()
             return Snapshot(
                 now=now,
                 jobs=jobs,
-                offerings=self._warm(self.prices(now), warm),
+                offerings=pooled_offerings(self.prices(now), pools),
                 throughput=tuple(self.catalog.throughput.items()),
                 egress=self.catalog.egress,
                 budgets=budgets,
@@ -139,34 +139,19 @@ class SnapshotBuilder:
                 capacity_back=self.capacity_back(now),
                 parked=parked,
                 speeds=self.speeds(),
-                pools=self._pools(warm),
+                pools=pools,
             )
 
-    def _warm_now(self) -> dict[str, int]:
-        """Warm (idle) instances by pooled offering; none without pools."""
-        if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
-            return {}
-        return self.backend.warm_instances()
-
-    def _pools(self, warm: dict[str, int]) -> tuple[PoolView, ...]:
-        """The pooled offerings: settings and warm instances now (the batching step reads
-        those that batch; the API shows them all)."""
+    def _pools(self) -> tuple[PoolView, ...]:
+        """The pooled offerings: settings and warm (idle) instances now; none without pools.
+        The planner prices warm ones without a boot and caps each at its pool's ``max``; the
+        batching step reads those that batch; the API shows them all."""
         if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
             return ()
+        warm = self.backend.warm_instances()
         return tuple(
             PoolView(settings, warm.get(oid, 0))
             for oid, settings in sorted(self.backend.pool_settings().items())
-        )
-
-    @staticmethod
-    def _warm(offerings: tuple[Offering, ...], warm: dict[str, int]) -> tuple[Offering, ...]:
-        """Offerings whose pool holds a warm instance start without a boot: the planner prices
-        them so (their ``startup_seconds`` 0), so a job goes there when that is cheaper. The
-        tuple is the same one while no instance is warm (the core's memos keep)."""
-        if not warm:
-            return offerings
-        return tuple(
-            dataclasses.replace(o, startup_seconds=0.0) if warm.get(o.id) else o for o in offerings
         )
 
     def budgets(self) -> tuple[Budget, ...]:

@@ -306,6 +306,11 @@ class Store(Protocol):
         ``workers`` workers, with the cost its plan expects."""
         ...
 
+    def record_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> Attempt:
+        """Record the instances the backend gave an attempt once it launched (the attempt is
+        kept before the launch, with none); recording them again is a no-op."""
+        ...
+
     def end_attempt(
         self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
     ) -> Attempt:

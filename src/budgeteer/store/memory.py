@@ -219,6 +219,17 @@ class MemoryStore:
             self._attempts_of.setdefault(job_id, []).append(attempt.id)
             return attempt
 
+    def record_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            if not 1 <= attempt_id <= len(self._attempts):
+                raise UnknownJob(f"no attempt {attempt_id}")
+            attempt = self._attempts[attempt_id - 1]
+            if not attempt.instance_ids:
+                attempt = dataclasses.replace(attempt, instance_ids=tuple(instance_ids))
+                self._attempts[attempt_id - 1] = attempt
+            return attempt
+
     def end_attempt(
         self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
     ) -> Attempt:

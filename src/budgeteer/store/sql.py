@@ -333,6 +333,23 @@ class SqlStore(ServiceTables):
             workers=workers,
         )
 
+    def record_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> Attempt:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._tx() as conn:
+            row = conn.execute(sa.select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
+            if row is None:
+                raise UnknownJob(f"no attempt {attempt_id}")
+            if row.instance_ids:
+                return attempt_row(row)
+            conn.execute(
+                t.attempts.update()
+                .where(t.attempts.c.id == attempt_id)
+                .values(instance_ids=list(instance_ids))
+            )
+            row = conn.execute(sa.select(t.attempts).where(t.attempts.c.id == attempt_id)).first()
+        assert row is not None
+        return attempt_row(row)
+
     def end_attempt(
         self, attempt_id: int, *, at: datetime, exit_reason: str, outcome: AttemptOutcome
     ) -> Attempt:
