@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from budgeteer.backends import SandboxBackend, TraceMarket
+from budgeteer.backends import Handle, LaunchRequest, SandboxBackend, TraceMarket
+from budgeteer.backends.sandbox import SandboxStateError
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.config import load_config
@@ -257,3 +258,88 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
         assert 'class="busy"' in page
     finally:
         w.store.close()
+
+
+# -- the sandbox's pool on its own: instances of one attempt, a restart ---------------------------
+def _pooled_sandbox(tmp_path: Path, clock: ManualClock, timeout: float) -> SandboxBackend:
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+    return SandboxBackend(
+        clock,
+        TraceMarket(np.array([False]), 60, T0),
+        tmp_path / "work",
+        pools={"od": PoolSettings("od", 0, 4, timeout, BOOT, 0.0)},
+        offerings=(od,),
+    )
+
+
+def _run(backend: SandboxBackend, clock: ManualClock, job: str, instances: int) -> Handle:
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+    request = LaunchRequest(
+        job, 1, od, (sys.executable, "-c", "0"), Path("/tmp") / job, instances=instances
+    )
+    handle = backend.launch(request)
+    for _ in range(2000):
+        if backend.status(handle).state.is_final:
+            return handle
+        clock.advance(1)
+        time.sleep(0.01)
+    raise AssertionError(f"{job} did not finish")
+
+
+def test_the_instances_one_attempt_left_warm_are_billed_together_then_apart(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock(T0)
+    backend = _pooled_sandbox(tmp_path, clock, timeout=600.0)
+    first = _run(backend, clock, "a", 2)  # ends: two instances warm
+    left = clock.now()
+    assert backend.warm_instances() == {"od": 2}
+    clock.advance(60)
+    second = _run(backend, clock, "b", 1)  # takes one of them at once, no boot
+    taken = second.launched_at
+    assert set(second.instance_ids) < set(first.instance_ids)
+    clock.advance(900)  # past the timeout: the other goes back
+    backend.release_idle()
+    released = clock.now()
+    stretches = [(i.job_id, i.start, i.end, i.instances) for i in backend.take_idle()]
+    # both idle from a's end until b took one; then the other alone until it went back; then
+    # b's own instance, idle since b ended (the same moment, both past the timeout)
+    assert stretches[:2] == [("a", left, taken, 2), ("a", taken, released, 1)]
+    assert {s[0] for s in stretches[2:]} == {"b"}
+    assert backend.warm_instances() == {}
+
+
+def test_a_restarted_sandbox_keeps_its_warm_instances(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    backend = _pooled_sandbox(tmp_path, clock, timeout=3600.0)
+    first = _run(backend, clock, "a", 1)
+    left = clock.now()
+    clock.advance(300)
+    # the service stops; a new sandbox on the same workdir takes the instance back, still warm
+    again = _pooled_sandbox(tmp_path, clock, timeout=3600.0)
+    assert again.warm_instances() == {"od": 1}
+    assert again.take_idle() == []  # nothing given back: nothing billed yet
+    second = _run(again, clock, "b", 1)
+    assert second.instance_ids == first.instance_ids  # the same instance, no boot
+    [stretch] = again.take_idle()
+    assert (stretch.job_id, stretch.start, stretch.end) == ("a", left, second.launched_at)
+    # a restart with the pool gone from the config gives the instance b left back, billed
+    clock.advance(120)
+    gone_at = clock.now()
+    unpooled = SandboxBackend(
+        clock,
+        TraceMarket(np.array([False]), 60, T0),
+        tmp_path / "work",
+        pools={"other": PoolSettings("other")},
+        offerings=(),
+    )
+    [stretch] = unpooled.take_idle()
+    assert (stretch.job_id, stretch.end) == ("b", gone_at)
+    assert unpooled.warm_instances() == {}
+
+
+def test_an_unreadable_pools_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "pools.json").write_text('{"warm": [{"since": "yesterday"}]}')
+    with pytest.raises(SandboxStateError, match=r"pools\.json: cannot read the pools' state"):
+        _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0)

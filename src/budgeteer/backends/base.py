@@ -214,14 +214,16 @@ def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) 
 
 @dataclass(frozen=True, slots=True)
 class IdleTime:
-    """One pooled instance idle over ``[start, end)``: left warm when attempt ``attempt`` of
-    ``job_id`` ended, whose ledger pays for it (billed as idle, at the offering's price)."""
+    """``instances`` pooled instances idle over ``[start, end)``: left warm when attempt
+    ``attempt`` of ``job_id`` ended, whose ledger pays for them (billed as idle, at the
+    offering's price)."""
 
     offering_id: str
     start: datetime
     end: datetime
     job_id: str
     attempt: int
+    instances: int = 1
 
 
 @runtime_checkable

@@ -19,7 +19,9 @@ no start-up; an idle instance is given back when :func:`~budgeteer.core.pools.si
 so (past the pool's ``idle_timeout``, above its ``min``), when the market takes a warm spot
 instance, or to make room for a fresh launch. Each idle stretch is handed to the scheduler
 (:meth:`SandboxBackend.take_idle`), which bills it to the attempt that left the instance warm.
-Warm instances live in this process only: a restarted sandbox starts with none.
+Warm instances and the idle stretches not yet billed are kept in ``workdir/pools.json``: a
+sandbox restarted on the same ``workdir`` (given the catalog's ``offerings``) takes them back,
+still warm, their idle time billed on from where it was.
 
 An attempt on n instances runs the command n times side by side (one process per instance, with
 ``BUDGETEER_NODE_RANK`` and ``BUDGETEER_NUM_NODES``), takes n instances of the offering's
@@ -36,6 +38,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +66,7 @@ from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, ne
 from budgeteer.clock import Clock
 from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
 from budgeteer.domain.offering import Market, Offering
+from budgeteer.errors import BudgeteerError
 
 
 @dataclass
@@ -80,16 +85,25 @@ class _Attempt:
     log_path: Path = field(default_factory=Path)
 
 
-@dataclass(frozen=True, slots=True)
+class SandboxStateError(BudgeteerError):
+    """The sandbox's kept state (``workdir``) cannot be read back (the file and what is
+    wrong named); nothing is guessed, so no idle time goes unbilled."""
+
+
+@dataclass(eq=False, slots=True)
 class _Warm:
-    """One idle pooled instance: since when, the attempt whose end left it warm, and its id
-    (kept by the attempt that takes it next: one instance, one id, however many jobs)."""
+    """One idle pooled instance: since when, the attempt whose end left it warm, its id (kept
+    by the attempt that takes it next: one instance, one id, however many jobs), and until when
+    its idle time has been handed out for billing (``billed_from``: the instances one attempt
+    left warm are billed together, stretch by stretch, as each of them ends — so no two
+    ledger entries of that attempt start at the same time)."""
 
     since: datetime
     offering: Offering
     job_id: str
     attempt: int
     instance_id: str
+    billed_from: datetime
 
 
 class SandboxBackend(MarketPrices):
@@ -108,6 +122,7 @@ class SandboxBackend(MarketPrices):
         run_as: JobUser | None = None,
         pass_env: tuple[str, ...] = (),
         pools: dict[str, PoolSettings] | None = None,
+        offerings: Sequence[Offering] = (),
     ) -> None:
         self.clock = clock
         self.market = market
@@ -123,6 +138,8 @@ class SandboxBackend(MarketPrices):
         self._warm: dict[str, list[_Warm]] = {}  # idle instances by offering id
         self._idle: list[IdleTime] = []  # idle stretches ended, not yet taken
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
+        if self._pools:
+            self._restore_pools({o.id: o for o in offerings})
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -276,7 +293,98 @@ class SandboxBackend(MarketPrices):
             return []
         with self._lock:
             taken, self._idle = self._idle, []
+            self._save_pools()
             return taken
+
+    # -- the pools' state on disk (a restarted sandbox keeps its warm instances) ------------
+    @property
+    def _pools_file(self) -> Path:
+        return self.workdir / "pools.json"
+
+    def _save_pools(self) -> None:
+        """Keep the warm instances and the idle stretches not yet taken in ``pools.json``
+        (written whole, then renamed: a crash leaves the old file or the new one)."""
+        if not self._pools:
+            return
+        doc = {
+            "warm": [
+                {
+                    "since": w.since.isoformat(),
+                    "offering_id": w.offering.id,
+                    "job_id": w.job_id,
+                    "attempt": w.attempt,
+                    "instance_id": w.instance_id,
+                    "billed_from": w.billed_from.isoformat(),
+                }
+                for idle in self._warm.values()
+                for w in idle
+            ],
+            "idle": [
+                {
+                    "offering_id": i.offering_id,
+                    "start": i.start.isoformat(),
+                    "end": i.end.isoformat(),
+                    "job_id": i.job_id,
+                    "attempt": i.attempt,
+                    "instances": i.instances,
+                }
+                for i in self._idle
+            ],
+        }
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self._pools_file.with_name(".pools.json.tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self._pools_file)
+
+    def _restore_pools(self, offerings: dict[str, Offering]) -> None:
+        """Take back what a previous sandbox in this ``workdir`` left: its warm instances stay
+        warm (their idle time goes on being billed from where it was), and an instance of an
+        offering that is no longer pooled is given back now (billed until now)."""
+        if not self._pools_file.exists():
+            return
+        try:
+            doc = json.loads(self._pools_file.read_text())
+            idle = [
+                IdleTime(
+                    str(i["offering_id"]),
+                    datetime.fromisoformat(i["start"]),
+                    datetime.fromisoformat(i["end"]),
+                    str(i["job_id"]),
+                    int(i["attempt"]),
+                    int(i["instances"]),
+                )
+                for i in doc["idle"]
+            ]
+            warm = [
+                (
+                    str(w["offering_id"]),
+                    datetime.fromisoformat(w["since"]),
+                    str(w["job_id"]),
+                    int(w["attempt"]),
+                    str(w["instance_id"]),
+                    datetime.fromisoformat(w["billed_from"]),
+                )
+                for w in doc["warm"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SandboxStateError(
+                f"{self._pools_file}: cannot read the pools' state: {exc}"
+            ) from exc
+        now = self.clock.now()
+        self._idle = idle
+        gone: Counter[tuple[str, datetime, str, int]] = Counter()
+        for oid, since, job_id, attempt, iid, billed in warm:
+            offering = offerings.get(oid)
+            if offering is None or oid not in self._pools:
+                gone[oid, billed, job_id, attempt] += 1  # no longer pooled: given back now
+                continue
+            self._warm.setdefault(oid, []).append(
+                _Warm(since, offering, job_id, attempt, iid, billed)
+            )
+        for (oid, billed, job_id, attempt), n in gone.items():
+            if now > billed:  # their idle time billed up to now, together
+                self._idle.append(IdleTime(oid, billed, now, job_id, attempt, n))
+        self._save_pools()
 
     def _take_warm(
         self, offering: Offering, instances: int, now: datetime
@@ -289,13 +397,30 @@ class SandboxBackend(MarketPrices):
         idle.sort(key=lambda w: w.since)
         taken = idle[-instances:]
         for w in taken:
-            self._idle.append(IdleTime(offering.id, w.since, now, w.job_id, w.attempt))
-        del idle[-instances:]
+            self._end_idle(w, now)
+        self._save_pools()
         return tuple(w.instance_id for w in taken)
 
     def _give_back(self, w: _Warm, at: datetime) -> None:
+        self._end_idle(w, at)
+        self._save_pools()
+
+    def _end_idle(self, w: _Warm, at: datetime) -> None:
+        """``w`` stops idling at ``at``: it and every instance the same attempt left warm that
+        still idles are billed up to ``at`` (one stretch, as many instances); the others go on
+        from ``at``."""
+        group = [
+            v
+            for v in self._warm[w.offering.id]
+            if (v.job_id, v.attempt, v.billed_from) == (w.job_id, w.attempt, w.billed_from)
+        ]
         self._warm[w.offering.id].remove(w)
-        self._idle.append(IdleTime(w.offering.id, w.since, at, w.job_id, w.attempt))
+        if at > w.billed_from:
+            self._idle.append(
+                IdleTime(w.offering.id, w.billed_from, at, w.job_id, w.attempt, len(group))
+            )
+            for v in group:
+                v.billed_from = at
 
     def _ended(self, a: _Attempt) -> None:
         """An attempt just ended: its instances go warm to its offering's pool, if it has one
@@ -306,8 +431,10 @@ class SandboxBackend(MarketPrices):
             return
         at = final.ended_at if final is not None and final.ended_at else self.clock.now()
         self._warm.setdefault(req.offering.id, []).extend(
-            _Warm(at, req.offering, req.job_id, req.attempt, iid) for iid in a.handle.instance_ids
+            _Warm(at, req.offering, req.job_id, req.attempt, iid, at)
+            for iid in a.handle.instance_ids
         )
+        self._save_pools()
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""

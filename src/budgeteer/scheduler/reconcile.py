@@ -274,7 +274,7 @@ class Reconciler:
 
     def bill_idle(self, stretches: list[IdleTime]) -> None:
         """Ledger entries for pooled instances' idle stretches, each billed to the attempt that
-        left the instance warm (one instance, at the offering's price; the source says idle)."""
+        left the instances warm (at the offering's price; the source says idle)."""
         for idle in stretches:
             if idle.end <= idle.start:
                 continue  # taken by the next job the moment it was left
@@ -294,9 +294,9 @@ class Reconciler:
                     start,
                     end,
                     price,
-                    amount_usd(price, 1, start, end),
+                    amount_usd(price, idle.instances, start, end),
                     f"{IDLE_SOURCE}{source}",
-                    1,
+                    idle.instances,
                 )
                 if self.store.add_ledger_entry(entry):
                     self.spend.add(entry)

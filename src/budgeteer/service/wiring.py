@@ -135,6 +135,7 @@ class Service:
                 run_as=self.job_user(),
                 pass_env=tuple(backend_cfg.pass_env),
                 pools=pool_settings(self.config.pools, catalog.offerings),
+                offerings=catalog.offerings,
             )
         if isinstance(backend, CatalogPrices) and self.config.prices is not None:
             backend.live_prices = self.store_prices()
