@@ -165,7 +165,9 @@ def pooled_offerings(
             out.append(o)
             continue
         cap = view.settings.maximum
-        limit = o.max_instances if cap is None else min(cap, o.max_instances or cap)
+        limit = o.max_instances
+        if cap is not None:
+            limit = cap if limit is None else min(cap, limit)
         startup = 0.0 if view.idle > 0 else o.startup_seconds
         if limit == o.max_instances and startup == o.startup_seconds:
             out.append(o)
