@@ -233,6 +233,8 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
         _loop(w.sched, w.clock, lambda: w.store.job(job_id).state.is_terminal, step=60.0)
         [attempt] = w.store.attempts(job_id)
         od = attempt.offering_id
+        view = w.http.get(f"/v1/jobs/{job_id}", headers=w.auth(w.growth)).json()
+        assert view["placement"]["instance_ids"] == list(attempt.instance_ids) == [f"{job_id}.1-0"]
         rows = w.http.get("/v1/offerings?limit=5000", headers=w.auth(w.growth)).json()
         pooled = {r["id"]: r["pool"] for r in rows["offerings"] if r["pool"]}
         assert set(pooled) == set(t4)

@@ -110,6 +110,8 @@ def _placement(ctx: ApiContext, attempt: Attempt) -> dict[str, Any]:
         "offering_id": attempt.offering_id,
         "market": attempt.market,
         "instances": attempt.instances,
+        # the backend's instances (an attempt started on a pool's warm instance has its id)
+        "instance_ids": list(attempt.instance_ids),
         "workers": attempt.workers,
         "backend": attempt.backend,
         "attempt": attempt.number,
