@@ -5,12 +5,16 @@ given back after the idle timeout; pools off, every attempt boots its own."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from budgeteer.backends import TraceMarket
 from budgeteer.catalog import Catalog
@@ -225,3 +229,70 @@ def test_a_scenario_with_a_bad_pool_names_it(
         build(load_scenario(path))
     found = err.value.errors if isinstance(err.value, SpecErrors) else (err.value,)
     assert any(e.field == field and problem in e.problem for e in found), found
+
+
+# -- properties: one instance, one job at a time; its whole life billed once --------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    arrivals=st.lists(st.integers(0, 90), min_size=1, max_size=6),  # minutes after T0
+    timeout=st.sampled_from([0, 5, 20]),  # idle timeout, minutes
+    wait=st.sampled_from([0, 20]),  # batch wait, minutes
+    maximum=st.sampled_from([1, 2, None]),
+)
+def test_each_instance_runs_one_job_at_a_time_and_is_billed_once_to_the_cent(
+    arrivals: list[int], timeout: int, wait: int, maximum: int | None
+) -> None:
+    jobs = [
+        dataclasses.replace(
+            make_job(f"j{i}", hours=0.1, spot=False, seq=i, deadline_hours=8),
+            submitted_at=T0 + timedelta(minutes=m),
+        )
+        for i, m in enumerate(sorted(arrivals))
+    ]
+    avail = np.ones(600, dtype=bool)
+    trace = TraceMarket(avail, 60, T0, prices=np.full(600, 2.0), source="trace")
+    pool = {OD: PoolSettings(OD, 0, maximum, timeout * 60.0, 120, wait * 60.0)}
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        _catalog(),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=6),
+        pools=pool,
+        cycle_seconds=60,
+    )
+    attempts = run.store.attempts()
+    assert all(run.store.job(j.id).state is S.SUCCEEDED for j in jobs)
+    # each instance's life: the attempts that ran on it and the stretches it idled, by its id
+    life: dict[str, list[tuple[datetime, datetime, str]]] = defaultdict(list)
+    for a in attempts:
+        assert a.ended_at is not None
+        assert len(a.instance_ids) == a.instances == 1
+        life[a.instance_ids[0]].append((a.started_at, a.ended_at, a.job_id))
+    for i in run.backend.idle:
+        assert i.instance_id in life  # idle only after a job left it warm
+        life[i.instance_id].append((i.start, i.end, "idle"))
+    # one instance per boot: a warm start ran on an instance an earlier attempt had
+    assert len(life) == len(attempts) - len(run.backend.warm_starts)
+    whole = Decimal(0)
+    for spans in life.values():
+        spans.sort()
+        for (_, end, _), (start, _, _) in itertools.pairwise(spans):
+            assert start == end, spans  # no two at once, and no unbilled gap between
+        whole += amount_usd(Decimal(2), 1, spans[0][0], spans[-1][1])
+    pieces = len(run.store.ledger()) + len(run.backend.idle)  # each rounded to 1e-8 USD
+    assert abs(_total(run) - whole) <= pieces * Decimal("0.5e-8")
+    assert _total(run).quantize(Decimal("0.01")) == whole.quantize(Decimal("0.01"))
+    if maximum is not None:  # the pool never held more than its max at once
+        edges = sorted(
+            [(s[0], 1) for spans in life.values() for s in spans[:1]]
+            + [(s[1], -1) for spans in life.values() for s in spans[-1:]],
+            key=lambda e: (e[0], e[1]),
+        )
+        held = peak = 0
+        for _, step in edges:
+            held += step
+            peak = max(peak, held)
+        assert peak <= maximum

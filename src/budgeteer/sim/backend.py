@@ -18,7 +18,8 @@ it loses only the restart overhead when it resumes.
 Pools (``pools``, with the policy's ``use_pools``): an attempt that ends on an offering with a
 pool leaves its instances warm (idle, still holding the offering's capacity) unless the market
 took them; the next launch there that fits in the warm instances starts on them at once, with
-no start-up. An idle instance is billed while it idles — :attr:`SimBackend.idle` keeps each
+no start-up, and keeps the instances' ids (one instance, one id, however many jobs ran on it).
+An idle instance is billed while it idles — :attr:`SimBackend.idle` keeps each
 idle stretch with its price, so the instance time billed is the attempts' plus the idle, to the
 cent — and is given back when :func:`~budgeteer.core.pools.size_pool` says so (idle past the
 pool's ``idle_timeout`` and above its ``min``), or when the market takes a warm spot instance.
@@ -87,6 +88,7 @@ class IdleStretch:
     usd_per_hour: Decimal
     amount_usd: Decimal
     price_source: str
+    instance_id: str = ""
 
     @property
     def hours(self) -> float:
@@ -96,10 +98,22 @@ class IdleStretch:
 
 @dataclass
 class _Warm:
-    """A pool's idle instances: when each became idle."""
+    """A pool's idle instances: when each became idle, and its id (an attempt that takes it
+    keeps the id: one instance, one id, however many jobs)."""
 
     settings: PoolSettings
-    idle_since: list[datetime] = field(default_factory=list)
+    idle: list[tuple[datetime, str]] = field(default_factory=list)
+
+    @property
+    def idle_since(self) -> list[datetime]:
+        """When each idle instance became idle."""
+        return [since for since, _ in self.idle]
+
+    def take(self, since: datetime) -> tuple[datetime, str]:
+        """Remove the (first) idle instance idle since ``since``."""
+        item = next(i for i in self.idle if i[0] == since)
+        self.idle.remove(item)
+        return item
 
 
 class SimBackend(MarketPrices):
@@ -150,7 +164,8 @@ class SimBackend(MarketPrices):
         job = self.store.job(request.job_id)
         if job.work.reference_hours is None:
             raise LaunchFailed("the simulator needs work in reference hours")
-        warm = self._reusable(offering, request.instances, now)
+        reused = self._reusable(offering, request.instances, now)
+        warm = reused is not None
         in_use = self._in_use.get(offering.id, 0)
         limit = offering.max_instances
         if not warm and limit is not None and in_use + request.instances > limit:
@@ -165,7 +180,7 @@ class SimBackend(MarketPrices):
                 )
             raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%Y-%m-%d %H:%M}")
         hid = f"{request.job_id}.{request.attempt}"
-        ids = tuple(f"{hid}-{i}" for i in range(request.instances))
+        ids = reused or tuple(f"{hid}-{i}" for i in range(request.instances))
         handle = Handle.of(self.name, hid, request, ids, now)
         boot = 0.0 if warm else offering.startup_seconds
         run = _Run(handle, request, job, now + timedelta(seconds=boot), self._rate(job, request))
@@ -323,7 +338,7 @@ class SimBackend(MarketPrices):
         pool = self._pools.get(oid)
         if pool is not None and not run.preempted:
             now = self.kernel.now
-            pool.idle_since += [now] * run.request.instances
+            pool.idle += [(now, iid) for iid in run.handle.instance_ids]
             timeout = pool.settings.idle_timeout_seconds
             # after the cycle of the same instant: a job batched behind this one takes the
             # instance first, even with a timeout of 0
@@ -344,23 +359,26 @@ class SimBackend(MarketPrices):
 
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
-        return {oid: len(p.idle_since) for oid, p in self._pools.items() if p.idle_since}
+        return {oid: len(p.idle) for oid, p in self._pools.items() if p.idle}
 
-    def _reusable(self, offering: Offering, instances: int, now: datetime) -> bool:
+    def _reusable(
+        self, offering: Offering, instances: int, now: datetime
+    ) -> tuple[str, ...] | None:
         """Take ``instances`` warm instances of ``offering``'s pool for a launch (the most
-        recently idle: the others reach their timeout sooner), billing their idle time; False
-        when the pool has not that many."""
+        recently idle: the others reach their timeout sooner), billing their idle time: their
+        ids, or ``None`` when the pool has not that many."""
         pool = self._pools.get(offering.id)
         if pool is None:
-            return False
+            return None
         self._drop_revoked(offering, pool, now)
-        if len(pool.idle_since) < instances:
-            return False
-        pool.idle_since.sort()
-        for since in pool.idle_since[-instances:]:
-            self._bill_idle(offering, since, now)
-        del pool.idle_since[-instances:]
-        return True
+        if len(pool.idle) < instances:
+            return None
+        pool.idle.sort(key=lambda i: i[0])  # stable: among equal times, the order they came
+        taken = pool.idle[-instances:]
+        for since, iid in taken:
+            self._bill_idle(offering, since, now, iid)
+        del pool.idle[-instances:]
+        return tuple(iid for _, iid in taken)
 
     def _make_room(self, offering: Offering, short: int, now: datetime) -> int:
         """Give back up to ``short`` idle instances (longest idle first) so a fresh launch fits
@@ -368,11 +386,11 @@ class SimBackend(MarketPrices):
         pool = self._pools.get(offering.id)
         if pool is None:
             return 0
-        pool.idle_since.sort()
-        freed = pool.idle_since[:short]
-        del pool.idle_since[: len(freed)]
-        for since in freed:
-            self._give_back(offering, since, now)
+        pool.idle.sort(key=lambda i: i[0])
+        freed = pool.idle[:short]
+        del pool.idle[: len(freed)]
+        for since, iid in freed:
+            self._give_back(offering, since, iid, until=now)
         return len(freed)
 
     def _trim(self, offering: Offering) -> None:
@@ -380,32 +398,37 @@ class SimBackend(MarketPrices):
         pool = self._pools[offering.id]
         now = self.kernel.now
         self._drop_revoked(offering, pool, now)
-        idle = len(pool.idle_since)
+        idle = len(pool.idle)
         busy = self._in_use.get(offering.id, 0) - idle
         plan = size_pool(pool.settings, PoolState(busy, tuple(pool.idle_since)), Demand(), now)
         for since in plan.release:
-            pool.idle_since.remove(since)
-            self._give_back(offering, since, now)
+            self._give_back(offering, *pool.take(since), until=now)
 
     def _drop_revoked(self, offering: Offering, pool: _Warm, now: datetime) -> None:
         """Warm spot (or lent on-prem) instances the market took back since they went idle."""
         if offering.market not in REVOCABLE:
             return
-        for since in list(pool.idle_since):
+        for since, iid in list(pool.idle):
             taken = self._next_revocation(offering, since, now)
             if taken is not None:
-                pool.idle_since.remove(since)
-                self._give_back(offering, since, taken)
+                pool.idle.remove((since, iid))
+                self._give_back(offering, since, iid, until=taken)
 
-    def _give_back(self, offering: Offering, since: datetime, until: datetime) -> None:
-        self._bill_idle(offering, since, until)
+    def _give_back(
+        self, offering: Offering, since: datetime, instance_id: str, *, until: datetime
+    ) -> None:
+        self._bill_idle(offering, since, until, instance_id)
         self._in_use[offering.id] = self._in_use.get(offering.id, 0) - 1
 
-    def _bill_idle(self, offering: Offering, start: datetime, end: datetime) -> None:
+    def _bill_idle(
+        self, offering: Offering, start: datetime, end: datetime, instance_id: str
+    ) -> None:
         for a, b, usd, source in self.market.segments(offering, start, end):
             if b > a:
                 self.idle.append(
-                    IdleStretch(offering.id, a, b, usd, amount_usd(usd, 1, a, b), source)
+                    IdleStretch(
+                        offering.id, a, b, usd, amount_usd(usd, 1, a, b), source, instance_id
+                    )
                 )
 
     def close_pools(self, at: datetime) -> None:
@@ -417,9 +440,9 @@ class SimBackend(MarketPrices):
             if offering is None:
                 continue
             self._drop_revoked(offering, pool, at)
-            for since in pool.idle_since:
-                self._give_back(offering, since, at)
-            pool.idle_since.clear()
+            for since, iid in pool.idle:
+                self._give_back(offering, since, iid, until=at)
+            pool.idle.clear()
 
     def _cancel_pending(self, run: _Run) -> None:
         for event in run.events:
