@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from budgeteer.backends import Handle, LaunchRequest, SandboxBackend, TraceMarket
-from budgeteer.backends.sandbox import SandboxStateError
+from budgeteer.backends.sandbox_pools import SandboxStateError
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.config import load_config

@@ -19,9 +19,9 @@ no start-up; an idle instance is given back when :func:`~budgeteer.core.pools.si
 so (past the pool's ``idle_timeout``, above its ``min``), when the market takes a warm spot
 instance, or to make room for a fresh launch. Each idle stretch is handed to the scheduler
 (:meth:`SandboxBackend.take_idle`), which bills it to the attempt that left the instance warm.
-Warm instances and the idle stretches not yet billed are kept in ``workdir/pools.json``: a
-sandbox restarted on the same ``workdir`` (given the catalog's ``offerings``) takes them back,
-still warm, their idle time billed on from where it was.
+The warm instances are :mod:`budgeteer.backends.sandbox_pools`' (kept in
+``workdir/pools.json``: a sandbox restarted on the same ``workdir``, given the catalog's
+``offerings``, takes them back still warm, their idle time billed on from where it was).
 
 An attempt on n instances runs the command n times side by side (one process per instance, with
 ``BUDGETEER_NODE_RANK`` and ``BUDGETEER_NUM_NODES``), takes n instances of the offering's
@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -63,10 +62,10 @@ from budgeteer.backends.jobuser import (
     prepare_private_folder,
 )
 from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
+from budgeteer.backends.sandbox_pools import WarmInstances
 from budgeteer.clock import Clock
-from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
-from budgeteer.errors import BudgeteerError
 
 
 @dataclass
@@ -83,27 +82,6 @@ class _Attempt:
     preempted: bool = False
     final: Status | None = None
     log_path: Path = field(default_factory=Path)
-
-
-class SandboxStateError(BudgeteerError):
-    """The sandbox's kept state (``workdir``) cannot be read back (the file and what is
-    wrong named); nothing is guessed, so no idle time goes unbilled."""
-
-
-@dataclass(eq=False, slots=True)
-class _Warm:
-    """One idle pooled instance: since when, the attempt whose end left it warm, its id (kept
-    by the attempt that takes it next: one instance, one id, however many jobs), and until when
-    its idle time has been handed out for billing (``billed_from``: the instances one attempt
-    left warm are billed together, stretch by stretch, as each of them ends — so no two
-    ledger entries of that attempt start at the same time)."""
-
-    since: datetime
-    offering: Offering
-    job_id: str
-    attempt: int
-    instance_id: str
-    billed_from: datetime
 
 
 class SandboxBackend(MarketPrices):
@@ -134,12 +112,9 @@ class SandboxBackend(MarketPrices):
         self.pass_env = pass_env
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
-        self._pools = dict(pools or {})
-        self._warm: dict[str, list[_Warm]] = {}  # idle instances by offering id
-        self._idle: list[IdleTime] = []  # idle stretches ended, not yet taken
+        self._pools = WarmInstances(pools or {}, workdir / "pools.json")
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
-        if self._pools:
-            self._restore_pools({o.id: o for o in offerings})
+        self._pools.restore({o.id: o for o in offerings}, clock.now())
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -149,7 +124,7 @@ class SandboxBackend(MarketPrices):
             self._advance()
             offering = request.offering
             now = self.clock.now()
-            reused = self._take_warm(offering, request.instances, now)
+            reused = self._pools.take(offering.id, request.instances, now)
             warm = reused is not None
             in_use = sum(
                 a.request.instances
@@ -158,10 +133,8 @@ class SandboxBackend(MarketPrices):
             )
             limit = offering.max_instances
             if not warm and limit is not None:  # idle instances hold capacity: give some back
-                idle = self._warm.get(offering.id, [])
-                short = in_use + len(idle) + request.instances - limit
-                for w in sorted(idle, key=lambda w: w.since)[: max(short, 0)]:
-                    self._give_back(w, now)
+                short = in_use + self._pools.held(offering.id) + request.instances - limit
+                self._pools.make_room(offering.id, short, now)
             if not warm and limit is not None and in_use + request.instances > limit:
                 raise CapacityUnavailable(
                     f"{offering.id}: {in_use} of {limit} instances are in use, "
@@ -278,194 +251,49 @@ class SandboxBackend(MarketPrices):
     # -- pools ----------------------------------------------------------------------------
     def pool_settings(self) -> dict[str, PoolSettings]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
-        return dict(self._pools)
+        return dict(self._pools.settings)
 
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
-        if not self._pools:
+        if not self._pools.settings:
             return {}
         with self._lock:  # as the loop last advanced it (API threads read this too)
-            return {oid: len(w) for oid, w in self._warm.items() if w}
+            return self._pools.counts()
 
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
-        if not self._pools:
+        if not self._pools.settings:
             return []
         with self._lock:
-            taken, self._idle = self._idle, []
-            self._save_pools()
-            return taken
-
-    # -- the pools' state on disk (a restarted sandbox keeps its warm instances) ------------
-    @property
-    def _pools_file(self) -> Path:
-        return self.workdir / "pools.json"
-
-    def _save_pools(self) -> None:
-        """Keep the warm instances and the idle stretches not yet taken in ``pools.json``
-        (written whole, then renamed: a crash leaves the old file or the new one)."""
-        if not self._pools:
-            return
-        doc = {
-            "warm": [
-                {
-                    "since": w.since.isoformat(),
-                    "offering_id": w.offering.id,
-                    "job_id": w.job_id,
-                    "attempt": w.attempt,
-                    "instance_id": w.instance_id,
-                    "billed_from": w.billed_from.isoformat(),
-                }
-                for idle in self._warm.values()
-                for w in idle
-            ],
-            "idle": [
-                {
-                    "offering_id": i.offering_id,
-                    "start": i.start.isoformat(),
-                    "end": i.end.isoformat(),
-                    "job_id": i.job_id,
-                    "attempt": i.attempt,
-                    "instances": i.instances,
-                }
-                for i in self._idle
-            ],
-        }
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self._pools_file.with_name(".pools.json.tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self._pools_file)
-
-    def _restore_pools(self, offerings: dict[str, Offering]) -> None:
-        """Take back what a previous sandbox in this ``workdir`` left: its warm instances stay
-        warm (their idle time goes on being billed from where it was), and an instance of an
-        offering that is no longer pooled is given back now (billed until now)."""
-        if not self._pools_file.exists():
-            return
-        try:
-            doc = json.loads(self._pools_file.read_text())
-            idle = [
-                IdleTime(
-                    str(i["offering_id"]),
-                    datetime.fromisoformat(i["start"]),
-                    datetime.fromisoformat(i["end"]),
-                    str(i["job_id"]),
-                    int(i["attempt"]),
-                    int(i["instances"]),
-                )
-                for i in doc["idle"]
-            ]
-            warm = [
-                (
-                    str(w["offering_id"]),
-                    datetime.fromisoformat(w["since"]),
-                    str(w["job_id"]),
-                    int(w["attempt"]),
-                    str(w["instance_id"]),
-                    datetime.fromisoformat(w["billed_from"]),
-                )
-                for w in doc["warm"]
-            ]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SandboxStateError(
-                f"{self._pools_file}: cannot read the pools' state: {exc}"
-            ) from exc
-        now = self.clock.now()
-        self._idle = idle
-        gone: Counter[tuple[str, datetime, str, int]] = Counter()
-        for oid, since, job_id, attempt, iid, billed in warm:
-            offering = offerings.get(oid)
-            if offering is None or oid not in self._pools:
-                gone[oid, billed, job_id, attempt] += 1  # no longer pooled: given back now
-                continue
-            self._warm.setdefault(oid, []).append(
-                _Warm(since, offering, job_id, attempt, iid, billed)
-            )
-        for (oid, billed, job_id, attempt), n in gone.items():
-            if now > billed:  # their idle time billed up to now, together
-                self._idle.append(IdleTime(oid, billed, now, job_id, attempt, n))
-        self._save_pools()
-
-    def _take_warm(
-        self, offering: Offering, instances: int, now: datetime
-    ) -> tuple[str, ...] | None:
-        """Take ``instances`` warm instances of ``offering`` for a launch (the most recently
-        idle): their ids, or ``None`` when its pool has not that many."""
-        idle = self._warm.get(offering.id, [])
-        if len(idle) < instances:
-            return None
-        idle.sort(key=lambda w: w.since)
-        taken = idle[-instances:]
-        for w in taken:
-            self._end_idle(w, now)
-        self._save_pools()
-        return tuple(w.instance_id for w in taken)
-
-    def _give_back(self, w: _Warm, at: datetime) -> None:
-        self._end_idle(w, at)
-        self._save_pools()
-
-    def _end_idle(self, w: _Warm, at: datetime) -> None:
-        """``w`` stops idling at ``at``: it and every instance the same attempt left warm that
-        still idles are billed up to ``at`` (one stretch, as many instances); the others go on
-        from ``at``."""
-        group = [
-            v
-            for v in self._warm[w.offering.id]
-            if (v.job_id, v.attempt, v.billed_from) == (w.job_id, w.attempt, w.billed_from)
-        ]
-        self._warm[w.offering.id].remove(w)
-        if at > w.billed_from:
-            self._idle.append(
-                IdleTime(w.offering.id, w.billed_from, at, w.job_id, w.attempt, len(group))
-            )
-            for v in group:
-                v.billed_from = at
+            return self._pools.take_billed()
 
     def _ended(self, a: _Attempt) -> None:
         """An attempt just ended: its instances go warm to its offering's pool, if it has one
         and the market did not take them."""
         req = a.request
         final = a.final
-        if req.offering.id not in self._pools or a.preempted or a.started_at is None:
+        if a.preempted or a.started_at is None:
             return
         at = final.ended_at if final is not None and final.ended_at else self.clock.now()
-        self._warm.setdefault(req.offering.id, []).extend(
-            _Warm(at, req.offering, req.job_id, req.attempt, iid, at)
-            for iid in a.handle.instance_ids
-        )
-        self._save_pools()
+        self._pools.left(req.offering, req.job_id, req.attempt, a.handle.instance_ids, at)
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
-        if not self._pools:
+        if not self._pools.settings:
             return
         with self._lock:  # what the loop's reconcile saw: ends noticed later go next cycle
-            now = self.clock.now()
-            for oid, idle in self._warm.items():
-                if idle:
-                    self._size(oid, idle, now)
+            self._pools.release(self._busy, self.clock.now())
 
-    def _size(self, oid: str, idle: list[_Warm], now: datetime) -> None:
-        busy = sum(
+    def _busy(self, offering_id: str) -> int:
+        return sum(
             a.request.instances
             for a in self._attempts.values()
-            if a.final is None and a.request.offering.id == oid
+            if a.final is None and a.request.offering.id == offering_id
         )
-        state = PoolState(busy, tuple(w.since for w in idle))
-        plan = size_pool(self._pools[oid], state, Demand(), now)
-        for since in plan.release:
-            self._give_back(next(w for w in idle if w.since == since), now)
 
-    def _revoked(self, now: datetime) -> None:
-        """Warm spot (or lent on-prem) instances the market took back."""
-        for idle in self._warm.values():
-            offering = idle[0].offering if idle else None
-            if offering is None or offering.market not in REVOCABLE:
-                continue
-            if not self.market.available(offering, now):
-                for w in list(idle):
-                    self._give_back(w, now)
+    def _taken_back(self, offering: Offering, now: datetime) -> bool:
+        """Whether the market took ``offering``'s warm instances (spot, or a lent pool)."""
+        return offering.market in REVOCABLE and not self.market.available(offering, now)
 
     def _advance(self) -> None:
         now = self.clock.now()
@@ -474,8 +302,8 @@ class SandboxBackend(MarketPrices):
                 self._step(attempt, now)
                 if attempt.final is not None:
                     self._ended(attempt)
-        if self._warm:
-            self._revoked(now)
+        if self._pools.counts():
+            self._pools.revoked(lambda o: self._taken_back(o, now), now)
 
     def _step(self, a: _Attempt, now: datetime) -> None:
         offering = a.request.offering
