@@ -4,6 +4,7 @@ metrics and the dashboard."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import timedelta
@@ -17,10 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from api_world import ADMIN, CATALOG, SECRET, World, bill, job_spec
 from budgeteer.api.auth import job_token
 from budgeteer.core.speed import Speed
+from budgeteer.core.spot.decide import Situation
 from budgeteer.core.spot.estimate import MarketHistory
-from budgeteer.domain.job import JobState
+from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.outcome import AttemptOutcome
-from budgeteer.store import LedgerEntry, OfferingBackoff
+from budgeteer.store import LedgerEntry, OfferingBackoff, SpotDecisionRecord
 
 
 def test_submit_follow_explain_and_cancel(world: World) -> None:
@@ -44,19 +46,31 @@ def test_submit_follow_explain_and_cancel(world: World) -> None:
     assert (r.status_code, r.json()["state"]) == (202, "cancelled")
 
 
-def test_explain_gives_the_spot_deciders_latest_word(world: World) -> None:
+def test_explain_gives_the_spot_deciders_latest_move_as_data(world: World) -> None:
     g = world.auth(world.growth)
     job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
-    said = (
-        "spot decider: take on-demand now (spot down 40 min, slack 0.90 h; spot $0.37/h vs "
-        "on-demand $2.95/h, changeover 22 min)"
+    now = world.clock.now()
+    waited = Situation(4.0, 6.0, 0.2, 0.9, 3.06, 0.5, 0.25, Mode.IDLE, 0.0, False, 0.5, 1 / 60)
+    late = dataclasses.replace(waited, elapsed_hours=1.9)
+    for at, situation in ((now, waited), (now + timedelta(minutes=5), late)):
+        world.store.add_spot_decision(
+            SpotDecisionRecord(
+                job_id, None, at, "take_on_demand", "aws/p3/spot", Mode.ON_DEMAND, situation
+            )
+        )
+    world.store.add_spot_decision(  # another job's: not this one's
+        SpotDecisionRecord("other", 3, now, "to_spot", "aws/p3/spot", Mode.SPOT, waited)
     )
-    world.store.transition(job_id, JobState.QUEUED, at=world.clock.now(), cause=said)
-    world.store.transition(
-        job_id, JobState.PROVISIONING, at=world.clock.now(), cause=f"placed on 1×g4dn; {said}"
-    )
-    why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()
-    assert why["spot_decision"] == said
+    why = world.http.get(f"/v1/jobs/{job_id}/explain", headers=g).json()["spot_decision"]
+    assert why["at"] == (now + timedelta(minutes=5)).isoformat()  # the latest
+    assert (why["action"], why["held"], why["decided"]) == ("take_on_demand", "idle", "on_demand")
+    assert why["attempt_id"] is None
+    assert why["spot_offering_id"] == "aws/p3/spot"
+    assert why["numbers"]["elapsed_hours"] == 1.9
+    assert why["numbers"]["slack_hours"] == pytest.approx(6.0 - 1.9 - 3.75)
+    assert why["numbers"]["spot_up"] is False
+    assert why["reason"].startswith("spot decider: take on-demand now (spot down 30 min")
+    assert why["safety_net"] is None
 
 
 def test_explain_shows_the_familys_measured_speed_beside_the_catalogs(world: World) -> None:

@@ -21,6 +21,7 @@ from budgeteer.backends.market import ZonedMarket
 from budgeteer.catalog import Catalog
 from budgeteer.clock import ManualClock
 from budgeteer.core import Policy
+from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Market, Offering
@@ -366,6 +367,18 @@ def test_the_spot_decider_moves_an_on_demand_job_back_to_spot_when_spot_returns(
     assert ran[0].ended_at >= T0 + timedelta(hours=2.5)  # not before spot was back
     causes = [e.cause for e in runs[True].store.events("j")]
     assert any(c.startswith("spot decider:") and "spot is up" in c for c in causes), causes
+    # … and as data, newest first: on-demand taken while queued in the drought (no attempt
+    # yet), then the move back on the attempt it ended, each with the numbers it read
+    back, took = runs[True].store.spot_decisions("j")
+    assert (took.action, took.attempt_id, took.decided) == ("take_on_demand", None, Mode.ON_DEMAND)
+    assert took.situation.mode is Mode.IDLE
+    assert not took.situation.spot_up
+    assert took.at <= ran[0].started_at
+    assert (back.action, back.attempt_id, back.decided) == ("to_spot", ran[0].id, Mode.SPOT)
+    assert back.situation.mode is Mode.ON_DEMAND
+    assert back.situation.spot_up
+    assert back.at <= ran[0].ended_at
+    assert runs[False].store.spot_decisions() == []
     planner_only = runs[False].store.attempts("j")
     assert [a.offering_id for a in planner_only if a.outcome is not AttemptOutcome.CAPACITY] == [
         "od"

@@ -1,6 +1,6 @@
 """The store contract, continued: the service's records beside jobs — spot market histories,
-learned speeds, live price points and retraining signals — over every store (memory, SQLite,
-PostgreSQL: the ``store`` fixture)."""
+learned speeds, live price points, retraining signals and the spot decider's moves — over
+every store (memory, SQLite, PostgreSQL: the ``store`` fixture)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from decimal import Decimal
 import pytest
 
 from budgeteer.core.speed import Speed
+from budgeteer.core.spot.decide import Situation
 from budgeteer.core.spot.estimate import MarketHistory, Period
-from budgeteer.store import PricePoint, SignalRecord, Store
+from budgeteer.core.spot.replay import Mode
+from budgeteer.store import PricePoint, SignalRecord, SpotDecisionRecord, Store
 from builders import NOW
 
 
@@ -90,3 +92,53 @@ def test_signals_are_kept_newest_first_with_their_statistics(store: Store) -> No
     assert store.signals("churn") == [kept[1]]
     assert store.signals(limit=1) == [kept[0]]
     assert kept[0].at == NOW + timedelta(hours=1)
+
+
+def test_spot_decisions_are_kept_newest_first_with_every_number(store: Store) -> None:
+    assert store.spot_decisions() == []
+    # awkward floats on purpose: they must come back exactly (explain and the tests decide
+    # again from them)
+    wait = Situation(
+        work_hours=4.1,
+        deadline_hours=6.0 + 1e-12,
+        changeover_hours=0.2,
+        spot_usd_per_hour=0.9731,
+        on_demand_usd_per_hour=3.06,
+        elapsed_hours=1 / 3,
+        done_hours=0.1,
+        mode=Mode.IDLE,
+        changeover_left_hours=0.0,
+        spot_up=False,
+        spot_age_hours=0.25,
+        tick_hours=1 / 60,
+    )
+    first = SpotDecisionRecord(
+        "churn-1",
+        None,
+        NOW,
+        "take_on_demand",
+        "aws/az1/p3/spot",
+        Mode.ON_DEMAND,
+        wait,
+        "; safety net: the slack is below a changeover and a tick",
+    )
+    back = dataclasses.replace(wait, mode=Mode.ON_DEMAND, spot_up=True)
+    second = SpotDecisionRecord(
+        "churn-1", 7, NOW + timedelta(hours=1), "to_spot", "aws/az1/p3/spot", Mode.SPOT, back
+    )
+    other = SpotDecisionRecord(
+        "ltv-2", 9, NOW + timedelta(hours=2), "bridge_on_demand", "gcp/a/spot", Mode.IDLE, wait
+    )
+    ids = [store.add_spot_decision(r) for r in (first, second, other)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
+    kept = store.spot_decisions()
+    assert [r.action for r in kept] == ["bridge_on_demand", "to_spot", "take_on_demand"]
+    assert kept[2] == dataclasses.replace(first, id=ids[0])
+    assert kept[2].situation.elapsed_hours == 1 / 3  # exactly
+    assert kept[1].attempt_id == 7
+    assert kept[1].situation.mode is Mode.ON_DEMAND
+    assert store.spot_decisions("churn-1") == kept[1:]
+    assert store.spot_decisions("churn-1", limit=1) == [kept[1]]
+    assert store.spot_decisions("nobody") == []
+    assert kept[0].at == NOW + timedelta(hours=2)  # times keep their zone

@@ -16,7 +16,7 @@ from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
 from budgeteer.ledger.waste import wasted_jobs
 from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
-from budgeteer.store import Attempt, ProgressReport, SignalRecord
+from budgeteer.store import Attempt, ProgressReport, SignalRecord, SpotDecisionRecord
 from budgeteer.triggers.view import finite
 
 PARKED = {JobState.HELD, JobState.WAITING}
@@ -183,14 +183,39 @@ def _speeds(ctx: ApiContext, job: Job) -> list[dict[str, Any]]:
     ]
 
 
-def _spot_decision(ctx: ApiContext, job_id: str) -> str | None:
-    """The latest event cause that carries a spot decider's decision, with its numbers."""
-    for event in reversed(ctx.store.events(job_id)):
-        cause = event.cause or ""
-        at = cause.find(f"{SPOT_DECIDER}:")
-        if at >= 0:
-            return cause[at:]
-    return None
+def _spot_decision(ctx: ApiContext, job_id: str) -> dict[str, Any] | None:
+    """The spot decider's latest move on the job, with every number it read."""
+    kept = ctx.store.spot_decisions(job_id, limit=1)
+    return spot_decision_view(kept[0]) if kept else None
+
+
+def spot_decision_view(r: SpotDecisionRecord) -> dict[str, Any]:
+    """A kept spot decision as the API shows it."""
+    s = r.situation
+    return {
+        "at": r.at.isoformat(),
+        "action": r.action,
+        "attempt_id": r.attempt_id,
+        "spot_offering_id": r.offering_id,
+        "held": s.mode.value,
+        "decided": r.decided.value,
+        "reason": f"{SPOT_DECIDER}: {r.decision.reason}",
+        "safety_net": r.safety_net.removeprefix("; safety net: ") or None,
+        "numbers": {
+            "work_hours": s.work_hours,
+            "deadline_hours": s.deadline_hours,
+            "elapsed_hours": s.elapsed_hours,
+            "done_hours": s.done_hours,
+            "slack_hours": s.slack_hours,
+            "changeover_hours": s.changeover_hours,
+            "changeover_left_hours": s.changeover_left_hours,
+            "spot_up": s.spot_up,
+            "spot_age_hours": s.spot_age_hours,
+            "spot_usd_per_hour": s.spot_usd_per_hour,
+            "on_demand_usd_per_hour": s.on_demand_usd_per_hour,
+            "tick_hours": s.tick_hours,
+        },
+    }
 
 
 def _explain(ctx: ApiContext, job: Job) -> dict[str, Any]:

@@ -270,8 +270,9 @@ class Scheduler:
             bridge = self.spot.queued(job, placement, now)
             if bridge is not None:
                 # spot is down and the decider would not wait: planned without spot next cycle
+                self.store.add_spot_decision(bridge)
                 self.snapshots.no_spot |= {job.id}
-                self._bridged[job.id] = f"{PREFIX}: {bridge.reason}"
+                self._bridged[job.id] = f"{PREFIX}: {bridge.decision.reason}"
                 if job.state is not S.QUEUED:
                     self.store.transition(job.id, S.QUEUED, at=now, cause=self._bridged[job.id])
                 continue

@@ -362,6 +362,7 @@ class Reconciler:
                 now,
             )
             if move is not None:
+                self.store.add_spot_decision(move.record)
                 self.stop(live, now, move.cause, move.outcome)
 
     def stop(self, live: Live, now: datetime, cause: str, outcome: AttemptOutcome) -> None:

@@ -51,7 +51,7 @@ from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.markets import MarketBook
 from budgeteer.scheduler.snapshots import off_spot_for_good
-from budgeteer.store.base import Attempt
+from budgeteer.store.base import Attempt, SpotDecisionRecord
 
 #: Prefix of the decider's causes (events, attempts' exit reasons).
 PREFIX = "spot decider"
@@ -85,11 +85,17 @@ class _Epoch:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """A decided move: how the attempt ends (``bridge_on_demand`` or ``to_spot``) and why."""
+    """A decided move: how the attempt ends (``bridge_on_demand`` or ``to_spot``), why in
+    words (the event's cause), and the record the store keeps of it."""
 
     outcome: AttemptOutcome
     cause: str
-    decision: Decision
+    record: SpotDecisionRecord
+
+    @property
+    def decision(self) -> Decision:
+        """The decider's answer."""
+        return self.record.decision
 
 
 def changeover_hours(job: Job, spot: Offering) -> float:
@@ -141,6 +147,12 @@ def _grid(x: float, up: bool = False) -> float:
         return 0.0
     k = math.log2(x) * GRID_PER_OCTAVE
     return float(2.0 ** ((math.ceil(k - 1e-9) if up else math.floor(k + 1e-9)) / GRID_PER_OCTAVE))
+
+
+def _record(
+    job_id: str, attempt_id: int | None, at: datetime, action: str, spot: str, d: Decision
+) -> SpotDecisionRecord:
+    return SpotDecisionRecord(job_id, attempt_id, at, action, spot, d.mode, d.situation, d.netted)
 
 
 def _group_key(o: Offering) -> tuple[str, str, str]:
@@ -240,12 +252,14 @@ class LiveSpot:
             return None
         if mode is Mode.SPOT:  # on-demand, or wait: either way spot is not worth holding
             cause = f"{PREFIX}: {decision.reason}; leave spot for {group.on_demand.id}"
-            return Move(AttemptOutcome.BRIDGE_ON_DEMAND, cause, decision)
-        # spot, or wait: either way on-demand is not worth holding, and spot is up
-        cause = f"{PREFIX}: {decision.reason}; leave on-demand: {spot.id} is up"
-        return Move(AttemptOutcome.TO_SPOT, cause, decision)
+            outcome = AttemptOutcome.BRIDGE_ON_DEMAND
+        else:  # spot, or wait: either way on-demand is not worth holding, and spot is up
+            cause = f"{PREFIX}: {decision.reason}; leave on-demand: {spot.id} is up"
+            outcome = AttemptOutcome.TO_SPOT
+        record = _record(job.id, attempt.id, now, outcome.value, spot.id, decision)
+        return Move(outcome, cause, record)
 
-    def queued(self, job: Job, placement: Placement, now: datetime) -> Decision | None:
+    def queued(self, job: Job, placement: Placement, now: datetime) -> SpotDecisionRecord | None:
         """For a job the plan puts on a spot offering that is down: the decider's answer when it
         is to take on-demand now (``None``: wait, as the plan does, or nothing to decide)."""
         policy = self.policy
@@ -275,7 +289,7 @@ class LiveSpot:
         )
         if decision.mode is Mode.ON_DEMAND:
             self._epochs.pop(owner, None)
-            return decision
+            return _record(job.id, None, now, "take_on_demand", spot.id, decision)
         return None
 
     def _decide(

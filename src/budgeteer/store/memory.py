@@ -28,6 +28,7 @@ from budgeteer.store.base import (
     PricePoint,
     ProgressReport,
     SignalRecord,
+    SpotDecisionRecord,
     Submission,
     SubmitRequest,
     UnknownJob,
@@ -58,6 +59,7 @@ class MemoryStore:
         self._speeds: dict[tuple[str, str], Speed] = {}
         self._prices: dict[str, dict[datetime, PricePoint]] = {}
         self._signals: list[SignalRecord] = []
+        self._spot_decisions: list[SpotDecisionRecord] = []
         self._budgets: dict[str, dict[str, Any]] = {}
         self._progress: list[ProgressReport] = []
         self._progress_of: dict[str, list[ProgressReport]] = {}  # by job, in id order
@@ -385,6 +387,23 @@ class MemoryStore:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             out = [r for r in reversed(self._signals) if model is None or r.model == model]
+            return out if limit is None else out[:limit]
+
+    def add_spot_decision(self, record: SpotDecisionRecord) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            kept = dataclasses.replace(record, id=len(self._spot_decisions) + 1)
+            self._spot_decisions.append(kept)
+            return kept.id
+
+    def spot_decisions(
+        self, job_id: str | None = None, limit: int | None = 100
+    ) -> list[SpotDecisionRecord]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            out = [
+                r for r in reversed(self._spot_decisions) if job_id is None or r.job_id == job_id
+            ]
             return out if limit is None else out[:limit]
 
     def put_speed(self, speed: Speed) -> None:

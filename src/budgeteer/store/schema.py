@@ -213,6 +213,20 @@ signals = sa.Table(
     sa.Column("statistics", sa.Text, nullable=False),  # JSON: [[feature, psi, ks, js], ...]
 )
 
+spot_decisions = sa.Table(
+    "spot_decisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), nullable=False, index=True),
+    sa.Column("attempt_id", sa.Integer),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("offering_id", sa.String(255), nullable=False),
+    sa.Column("decided", sa.String(16), nullable=False),
+    sa.Column("safety_net", sa.Text, nullable=False),
+    sa.Column("situation", sa.Text, nullable=False),  # JSON: the Situation's fields
+)
+
 job_speeds = sa.Table(
     "job_speeds",
     metadata,

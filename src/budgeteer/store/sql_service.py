@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from budgeteer.core.speed import Speed
 from budgeteer.core.spot.estimate import MarketHistory, Period
+from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.job import Job, JobState
 from budgeteer.store import schema as t
 from budgeteer.store.base import (
@@ -28,12 +29,18 @@ from budgeteer.store.base import (
     PricePoint,
     ProgressReport,
     SignalRecord,
+    SpotDecisionRecord,
     UnknownJob,
     WebhookDelivery,
     WebSession,
 )
 from budgeteer.store.codec import job_from_dict
-from budgeteer.store.sql_support import token_row, webhook_row
+from budgeteer.store.sql_support import (
+    situation_from_json,
+    situation_json,
+    token_row,
+    webhook_row,
+)
 
 
 class ServiceTables:
@@ -278,6 +285,50 @@ class ServiceTables:
                     (str(f), float(p), None if k is None else float(k), float(j))
                     for f, p, k, j in json.loads(r.statistics)
                 ),
+                r.id,
+            )
+            for r in rows
+        ]
+
+    def add_spot_decision(self, record: SpotDecisionRecord) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        row = {
+            "job_id": record.job_id,
+            "attempt_id": record.attempt_id,
+            "at": record.at,
+            "action": record.action,
+            "offering_id": record.offering_id,
+            "decided": record.decided.value,
+            "safety_net": record.safety_net,
+            "situation": situation_json(record.situation),
+        }
+        with self._tx() as conn:
+            key = conn.execute(t.spot_decisions.insert().values(**row)).inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+    def spot_decisions(
+        self, job_id: str | None = None, limit: int | None = 100
+    ) -> list[SpotDecisionRecord]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        d = t.spot_decisions
+        query = sa.select(d).order_by(d.c.id.desc())
+        if job_id is not None:
+            query = query.where(d.c.job_id == job_id)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            SpotDecisionRecord(
+                r.job_id,
+                r.attempt_id,
+                r.at,
+                r.action,
+                r.offering_id,
+                Mode(r.decided),
+                situation_from_json(r.situation),
+                r.safety_net,
                 r.id,
             )
             for r in rows

@@ -3,7 +3,9 @@ engine set-up (SQLite's pragmas, migrations) and the row → record converters."
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -16,6 +18,8 @@ from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from budgeteer.core.spot.decide import Situation
+from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.errors import BudgeteerError
 from budgeteer.store.base import (
@@ -145,3 +149,14 @@ def webhook_row(row: Any) -> WebhookDelivery:
         row.delivered_at,
         row.last_error,
     )
+
+
+def situation_json(situation: Situation) -> str:
+    """A spot decision's situation as JSON (floats kept exactly: ``json`` writes their repr)."""
+    return json.dumps(dataclasses.asdict(situation))
+
+
+def situation_from_json(text: str) -> Situation:
+    """Back from :func:`situation_json`."""
+    fields = json.loads(text)
+    return Situation(**{**fields, "mode": Mode(fields["mode"])})
