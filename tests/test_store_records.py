@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 
 from budgeteer.core.speed import Speed
 from budgeteer.core.spot.decide import Situation
 from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.core.spot.replay import Mode
-from budgeteer.store import PricePoint, SignalRecord, SpotDecisionRecord, Store
+from budgeteer.store import PricePoint, SignalRecord, SpotDecisionRecord, SqlStore, Store, schema
 from builders import NOW
 
 
@@ -142,3 +145,24 @@ def test_spot_decisions_are_kept_newest_first_with_every_number(store: Store) ->
     assert store.spot_decisions("churn-1", limit=1) == [kept[1]]
     assert store.spot_decisions("nobody") == []
     assert kept[0].at == NOW + timedelta(hours=2)  # times keep their zone
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_the_migrations_build_exactly_the_schema_the_store_is_written_against(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``store/schema.py`` (what the SQL store queries) and the Alembic migrations (what
+    builds a database) are written by hand, side by side: a column or index in one and not in
+    the other would pass every other test on a fresh database and fail on a migrated one."""
+    url = (
+        f"sqlite:///{tmp_path / 'budgeteer.db'}"
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    store = SqlStore(url)
+    try:
+        with store.engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), schema.metadata)
+    finally:
+        store.close()
+    assert diff == []
