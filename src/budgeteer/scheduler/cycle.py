@@ -295,10 +295,12 @@ class Scheduler:
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)
-            self.spot.launched(job.id)
-            if job.id in self._bridged:
-                del self._bridged[job.id]
-                self.snapshots.no_spot -= {job.id}
             if self.launcher.launch(job, placement, now) is not None:
+                # launched: no longer queued (a refused launch keeps the queued epoch, and a
+                # job the decider sent to on-demand stays without spot until it launches)
+                self.spot.launched(job.id)
+                if job.id in self._bridged:
+                    del self._bridged[job.id]
+                    self.snapshots.no_spot -= {job.id}
                 self.snapshots.spend.learn(job)
                 report.launched.append(job.id)
