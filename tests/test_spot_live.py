@@ -5,7 +5,7 @@ same question, the market estimate learned online (convergence, a restart), and 
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
@@ -31,7 +31,7 @@ from budgeteer.domain.offering import Market
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.markets import MarketBook
 from budgeteer.scheduler.snapshots import with_history
-from budgeteer.scheduler.spot_live import LiveSpot
+from budgeteer.scheduler.spot_live import LiveSpot, changeover_hours, measured_changeover_seconds
 from budgeteer.store import MemoryStore
 from budgeteer.store.base import Attempt
 from builders import NOW, make_job, make_offering
@@ -261,3 +261,71 @@ def test_a_bridged_job_is_planned_without_spot_once_and_a_returned_one_with_it()
     assert with_history(job, [bridged, back], Policy()).spot.allowed
     ruled = dataclasses.replace(_attempt("spot-a", "spot"), outcome=AttemptOutcome.TO_ON_DEMAND)
     assert not with_history(job, [ruled, back], Policy()).spot.allowed  # a rule is for good
+
+
+def test_the_changeover_is_measured_from_the_jobs_own_restarts() -> None:
+    t = NOW - timedelta(hours=5)
+
+    def ran(n: int, start_min: float, end_min: float | None) -> Attempt:
+        end = None if end_min is None else t + timedelta(minutes=end_min)
+        return Attempt(
+            n, "job", n, "sim", "spot-a", "spot", (), t + timedelta(minutes=start_min), end
+        )
+
+    def at(minute: float, step: float) -> tuple[datetime, float]:
+        return t + timedelta(minutes=minute), step
+
+    first = ran(1, 0, 60)
+    refused = ran(2, 60, 60)  # a capacity refusal: never ran, not a restart
+    second = ran(3, 90, 150)
+    third = ran(4, 180, None)  # still running
+    reports = [
+        at(10, 1000),
+        at(50, 4000),  # the first attempt reached 4,000
+        at(100, 3900),
+        at(110, 4500),  # resumed at 90: back at 4,000 at 101:40 → 700 s
+        at(140, 6000),  # … and reached 6,000
+        at(200, 5000),
+        at(210, 6000),
+        at(220, 7000),  # resumed at 180: 6,000 at 210 → 1,800 s
+    ]
+    assert measured_changeover_seconds([first], reports) is None  # no restart yet
+    assert measured_changeover_seconds([first, refused, second], reports) == pytest.approx(700)
+    both = measured_changeover_seconds([first, refused, second, third], reports)
+    assert both == pytest.approx((700 + 1800) / 2)  # the median of two
+    # one report after the resume: no rate to go back along, no measure
+    assert measured_changeover_seconds([first, second], reports[:3]) is None
+    # first report already past the step reached: extrapolated back along the attempt's rate
+    past = [at(50, 4000), at(100, 4300), at(110, 4900)]  # 60 a minute: 4,000 at 95
+    assert measured_changeover_seconds([first, second], past) == pytest.approx(300)
+    # the decider's changeover is the measure once there is one, the declared parts before
+    _, _, o = _world()
+    job = make_job(restart_seconds=900, checkpoint_seconds=600)
+    spot = o["spot"]
+    assert changeover_hours(job, spot) == pytest.approx((900 + 300) / 3600)  # type: ignore[arg-type]
+    assert changeover_hours(job, spot, 700.0) == pytest.approx(700 / 3600)  # type: ignore[arg-type]
+
+
+def test_the_decider_reads_the_measured_changeover_when_an_epoch_begins() -> None:
+    spot = dataclasses.replace(
+        make_offering("spot-a", market=Market.SPOT, price=1.0), instance_type="p3"
+    )
+    od = dataclasses.replace(make_offering("od", price=3.0), instance_type="p3")
+    offerings = {spot.id: spot, od.id: od}
+    job = make_job(deadline_hours=12.0, restart_seconds=3000, checkpoint_seconds=600)
+    said = {}
+    for measured in (None, 600.0):
+        book = MarketBook(MemoryStore(), offerings, feed=None)
+        book.observe(spot, True, NOW - timedelta(hours=2))
+        live = LiveSpot(
+            book,
+            offerings,
+            Policy(),
+            lambda o, _at: {"spot-a": 1.0, "od": 3.0}[o.id],
+            lambda job_id, m=measured: m,
+        )
+        move = live.move(job, _attempt("od", "on_demand"), _trend(4.0), list, NOW)
+        assert move is not None
+        said[measured] = move.record.situation.changeover_hours
+    assert said[None] == pytest.approx((3000 + 300) / 3600)  # declared
+    assert said[600.0] == pytest.approx(600 / 3600)  # measured

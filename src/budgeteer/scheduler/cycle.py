@@ -36,6 +36,7 @@ from budgeteer.core.quarantine import plan_isolated, quarantined
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Offering
+from budgeteer.domain.progress import parse_progress
 from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import LiveAttempts
 from budgeteer.scheduler.markets import MarketBook
@@ -44,7 +45,12 @@ from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
 from budgeteer.scheduler.speeds import SpeedBook
-from budgeteer.scheduler.spot_live import PREFIX, LiveSpot, downstream_hours
+from budgeteer.scheduler.spot_live import (
+    PREFIX,
+    LiveSpot,
+    downstream_hours,
+    measured_changeover_seconds,
+)
 from budgeteer.store.base import Move, Store
 
 S = JobState
@@ -88,7 +94,9 @@ class Scheduler:
         self.cache = FrontCache()
         offerings = {o.id: o for o in catalog.offerings}
         self.markets = MarketBook(store, offerings, backend)
-        self.spot = LiveSpot(self.markets, offerings, self.policy, self._price)
+        self.spot = LiveSpot(
+            self.markets, offerings, self.policy, self._price, self._changeover_seconds
+        )
         self.launcher = Launcher(
             store, backend, offerings, checkpoint_root, self.live, job_env, self.markets
         )
@@ -214,6 +222,13 @@ class Scheduler:
             for offering_id, at in self.markets.room_at(now):
                 back[offering_id] = max(at, back.get(offering_id, at))
         return tuple(sorted(back.items()))
+
+    def _changeover_seconds(self, job_id: str) -> float | None:
+        """The job's changeover as measured from its attempts and progress reports (the spot
+        decider's; read when one of its epochs begins)."""
+        parsed = ((r.at, parse_progress(r.record).step) for r in self.store.progress(job_id))
+        steps = [(at, float(step)) for at, step in parsed if step is not None]
+        return measured_changeover_seconds(self.store.attempts(job_id), steps)
 
     def _price(self, offering: Offering, at: datetime) -> float:
         """The price per instance-hour the backend bills now (the spot decider's prices)."""
