@@ -263,14 +263,7 @@ class ServiceTables:
 
     def signals(self, model: str | None = None, limit: int | None = 100) -> list[SignalRecord]:
         """See :class:`~budgeteer.store.base.Store`."""
-        g = t.signals
-        query = sa.select(g).order_by(g.c.id.desc())
-        if model is not None:
-            query = query.where(g.c.model == model)
-        if limit is not None:
-            query = query.limit(limit)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
+        rows = self._newest(t.signals, t.signals.c.model, model, limit)
         return [
             SignalRecord(
                 r.model,
@@ -289,6 +282,19 @@ class ServiceTables:
             )
             for r in rows
         ]
+
+    def _newest(
+        self, table: sa.Table, column: sa.Column[Any], value: str | None, limit: int | None
+    ) -> Sequence[sa.Row[Any]]:
+        """Rows of an append-only record table (integer ``id``), newest first: those whose
+        ``column`` is ``value`` (all when ``None``), at most ``limit``."""
+        query = sa.select(table).order_by(table.c.id.desc())
+        if value is not None:
+            query = query.where(column == value)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return conn.execute(query).all()
 
     def add_spot_decision(self, record: SpotDecisionRecord) -> int:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -311,14 +317,7 @@ class ServiceTables:
         self, job_id: str | None = None, limit: int | None = 100
     ) -> list[SpotDecisionRecord]:
         """See :class:`~budgeteer.store.base.Store`."""
-        d = t.spot_decisions
-        query = sa.select(d).order_by(d.c.id.desc())
-        if job_id is not None:
-            query = query.where(d.c.job_id == job_id)
-        if limit is not None:
-            query = query.limit(limit)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
+        rows = self._newest(t.spot_decisions, t.spot_decisions.c.job_id, job_id, limit)
         return [
             SpotDecisionRecord(
                 r.job_id,
