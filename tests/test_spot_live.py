@@ -275,35 +275,40 @@ def test_the_changeover_is_measured_from_the_jobs_own_restarts() -> None:
     def at(minute: float, step: float) -> tuple[datetime, float]:
         return t + timedelta(minutes=minute), step
 
-    first = ran(1, 0, 60)
-    refused = ran(2, 60, 60)  # a capacity refusal: never ran, not a restart
-    second = ran(3, 90, 150)
+    first = ran(1, 0, 45)
+    refused = ran(2, 50, 50)  # a capacity refusal: never ran, not a restart
+    second = ran(3, 60, 150)
     third = ran(4, 180, None)  # still running
     reports = [
-        at(10, 1000),
-        at(50, 4000),  # the first attempt reached 4,000
-        at(100, 3900),
-        at(110, 4500),  # resumed at 90: back at 4,000 at 101:40 → 700 s
-        at(140, 6000),  # … and reached 6,000
-        at(200, 5000),
-        at(210, 6000),
-        at(220, 7000),  # resumed at 180: 6,000 at 210 → 1,800 s
+        at(30, 3400),
+        at(40, 4000),  # 60 a minute: 4,300 reached at the end (45)
+        at(70, 4000),
+        at(80, 4600),  # resumed at 60: back at 4,300 at 75 → 900 s
+        at(140, 8000),  # 8,000 at 140, ended at 150 with (8,000 − 4,600) / 60 min a minute
+        at(200, 8300),
+        at(210, 9000),  # resumed at 180: 70 a minute, 8,566.67 crossed at 203.8
     ]
     assert measured_changeover_seconds([first], reports) is None  # no restart yet
-    assert measured_changeover_seconds([first, refused, second], reports) == pytest.approx(700)
+    assert measured_changeover_seconds([first, refused, second], reports) == pytest.approx(900)
+    # the second attempt reached 8,000 + (3,400 / 60) × 10 = 8,566.67 at its end (150)
+    back = 200 + (8000 + 3400 / 6 - 8300) / 70
     both = measured_changeover_seconds([first, refused, second, third], reports)
-    assert both == pytest.approx((700 + 1800) / 2)  # the median of two
+    assert both == pytest.approx(max(900, (back - 180) * 60))  # the longest restart
     # one report after the resume: no rate to go back along, no measure
     assert measured_changeover_seconds([first, second], reports[:3]) is None
-    # first report already past the step reached: extrapolated back along the attempt's rate
-    past = [at(50, 4000), at(100, 4300), at(110, 4900)]  # 60 a minute: 4,000 at 95
-    assert measured_changeover_seconds([first, second], past) == pytest.approx(300)
-    # the decider's changeover is the measure once there is one, the declared parts before
+    # the earlier attempt's last report alone would say "back at once": carried on to its end
+    # at its rate it says otherwise (the work after its last report was lost)
+    past = [at(30, 3400), at(40, 4000), at(65, 4100), at(75, 4700)]  # 4,300 at 68:20
+    assert measured_changeover_seconds([first, second], past) == pytest.approx(500)
+    # the decider's changeover is the measure once there is one (never below a start-up), the
+    # declared parts before
     _, _, o = _world()
     job = make_job(restart_seconds=900, checkpoint_seconds=600)
     spot = o["spot"]
     assert changeover_hours(job, spot) == pytest.approx((900 + 300) / 3600)  # type: ignore[arg-type]
     assert changeover_hours(job, spot, 700.0) == pytest.approx(700 / 3600)  # type: ignore[arg-type]
+    booting = dataclasses.replace(spot, startup_seconds=120.0)  # type: ignore[type-var]
+    assert changeover_hours(job, booting, 0.0) == pytest.approx(120 / 3600)
 
 
 def test_the_decider_reads_the_measured_changeover_when_an_epoch_begins() -> None:

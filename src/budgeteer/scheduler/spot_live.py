@@ -36,6 +36,7 @@ again (no ping-pong).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -100,12 +101,13 @@ class Move:
 
 def changeover_hours(job: Job, spot: Offering, measured_seconds: float | None = None) -> float:
     """What one changeover costs the job, in hours: as measured from its own restarts
-    (``measured_seconds``, see :func:`measured_changeover_seconds`) once it has restarted;
+    (``measured_seconds``, see :func:`measured_changeover_seconds`) once it has restarted —
+    never less than a new instance's start-up;
     before that, the start-up of a new instance, the job's declared restart overhead and half a
     checkpoint interval of work lost — a preemption's cost, the dearer of the two kinds (a
     decided move checkpoints first and loses none)."""
     if measured_seconds is not None:
-        return measured_seconds / 3600.0
+        return max(measured_seconds, spot.startup_seconds) / 3600.0
     lost = job.checkpoint_interval_seconds / 2.0
     return (spot.startup_seconds + job.restart_overhead_seconds + lost) / 3600.0
 
@@ -115,35 +117,48 @@ def measured_changeover_seconds(
 ) -> float | None:
     """What the job's changeovers have cost it, measured from its attempts and its progress
     reports ``(time, step)``: for each attempt that resumed (every one that ran after the first
-    that ran), the time from its start until the job was back at the step it had reached
-    before — start-up, restart and the work redone, all in one — found where its reports
-    cross that step (extrapolated back along the attempt's own rate when its first report is
-    already past it); the median over those restarts, or ``None`` before any.
+    that ran), the time from its start until the job was back at the step it had reached when
+    the attempt before it ended — start-up, restart and the work redone, all in one. The step
+    reached is the earlier attempt's last report carried on at its own rate to its end; the
+    time back is where the resumed attempt's reports cross it (carried back along its rate when
+    its first report is already past it). The longest of those restarts (the safety net must
+    not count on a changeover shorter than the job has shown), or ``None`` before any.
 
-    Example: 4,000 steps reached before a preemption; resumed at 10:00, reports 3,900 at
-    10:10 and 4,500 at 10:20 (60 steps a minute) → back at 4,000 at 10:11:40: 700 s."""
+    Example: reports 3,400 at 9:30 and 4,000 at 9:40 (60 steps a minute), preempted at 9:45
+    (4,300 reached); resumed at 10:00, reports 4,000 at 10:10 and 4,600 at 10:20 → back at
+    4,300 at 10:15: 900 s."""
     ran = [a for a in attempts if a.ended_at is None or a.ended_at > a.started_at]
     times = sorted(reports)
-    seen: list[float] = []
-    for a in ran[1:]:
-        reached = max((s for t, s in times if t <= a.started_at), default=None)
+
+    def own(a: Attempt) -> list[tuple[datetime, float]]:
         end = a.ended_at
-        own = [(t, s) for t, s in times if t > a.started_at and (end is None or t <= end)]
-        if reached is None or len(own) < 2 or own[-1][1] < reached:
+        return [(t, s) for t, s in times if t > a.started_at and (end is None or t <= end)]
+
+    def rate(points: list[tuple[datetime, float]], k: int) -> float:
+        """Steps a second between the two points around index ``k``."""
+        (t0, s0), (t1, s1) = points[max(k - 1, 0)], points[max(k, 1)]
+        return (s1 - s0) / (t1 - t0).total_seconds() if t1 > t0 else 0.0
+
+    seen: list[float] = []
+    for before, a in itertools.pairwise(ran):
+        was, now = own(before), own(a)
+        if not was or before.ended_at is None or len(now) < 2:
             continue
-        k = next(i for i, (_, s) in enumerate(own) if s >= reached)
-        (t0, s0), (t1, s1) = own[max(k - 1, 0)], own[max(k, 1)]
-        rate = (s1 - s0) / (t1 - t0).total_seconds() if t1 > t0 else 0.0
-        if rate <= 0:
+        t_last, reached = was[-1]
+        if len(was) >= 2:
+            reached += (
+                max(0.0, rate(was, len(was) - 1)) * (before.ended_at - t_last).total_seconds()
+            )
+        if now[-1][1] < reached:
             continue
-        back = own[k][0] - timedelta(seconds=(own[k][1] - reached) / rate)
-        back = min(max(back, a.started_at), own[k][0])
+        k = next(i for i, (_, s) in enumerate(now) if s >= reached)
+        r = rate(now, k)
+        if r <= 0:
+            continue
+        back = now[k][0] - timedelta(seconds=(now[k][1] - reached) / r)
+        back = min(max(back, a.started_at), now[k][0])
         seen.append((back - a.started_at).total_seconds())
-    if not seen:
-        return None
-    seen.sort()
-    mid = len(seen) // 2
-    return seen[mid] if len(seen) % 2 else (seen[mid - 1] + seen[mid]) / 2
+    return max(seen) if seen else None
 
 
 #: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
