@@ -44,7 +44,14 @@ from datetime import datetime, timedelta
 
 from budgeteer.core import Placement, Policy
 from budgeteer.core.progress import Trend
-from budgeteer.core.spot.decide import Decision, Situation, TableMemo, decide, step_ticks
+from budgeteer.core.spot.decide import (
+    Decision,
+    Situation,
+    TableMemo,
+    decide,
+    estimate_moved,
+    step_ticks,
+)
 from budgeteer.core.spot.estimate import Availability, MarketHistory
 from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.job import Job
@@ -66,8 +73,6 @@ class _Group:
 
 #: The most steps an epoch's table has in the service (a long epoch gets a coarser grid).
 MAX_LIVE_STEPS = 120
-#: A market's estimate is taken up again once it has seen this share more periods.
-REESTIMATE_GROWTH = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +126,9 @@ def measured_changeover_seconds(
     the attempt before it ended — start-up, restart and the work redone, all in one. The step
     reached is the earlier attempt's last report carried on at its own rate to its end; the
     time back is where the resumed attempt's reports cross it (carried back along its rate when
-    its first report is already past it). The longest of those restarts (the safety net must
-    not count on a changeover shorter than the job has shown), or ``None`` before any.
+    its first report is already past it). The median of those restarts (the declared parts
+    count half a checkpoint interval of lost work: an expected changeover, as this), or
+    ``None`` before any.
 
     Example: reports 3,400 at 9:30 and 4,000 at 9:40 (60 steps a minute), preempted at 9:45
     (4,300 reached); resumed at 10:00, reports 4,000 at 10:10 and 4,600 at 10:20 → back at
@@ -158,7 +164,11 @@ def measured_changeover_seconds(
         back = now[k][0] - timedelta(seconds=(now[k][1] - reached) / r)
         back = min(max(back, a.started_at), now[k][0])
         seen.append((back - a.started_at).total_seconds())
-    return max(seen) if seen else None
+    if not seen:
+        return None
+    seen.sort()
+    mid = len(seen) // 2
+    return seen[mid] if len(seen) % 2 else (seen[mid - 1] + seen[mid]) / 2
 
 
 #: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
@@ -408,7 +418,7 @@ class LiveSpot:
         if (
             epoch is not None
             and epoch.spot_id == spot.id
-            and seen < epoch.periods * (1 + REESTIMATE_GROWTH) + 2
+            and not estimate_moved(epoch.periods, seen)
         ):
             return epoch
         d = changeover_hours(job, spot, self.changeover_seconds(job.id))

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from budgeteer.core.spot.estimate import HISTORY_DAYS, Availability, estimate_availability
 from budgeteer.core.spot.mdp import IDLE, INF, ON_DEMAND, SPOT, Table, solve
@@ -34,6 +35,17 @@ from budgeteer.core.spot.replay import Decider, Market, Mode, Observation, SpotJ
 
 #: The table of an epoch is cut at this many steps (the step grows for longer epochs).
 MAX_STEPS = 4000
+#: A market's estimate is taken up again once it has seen this share more periods (and two
+#: more) than the estimate in use — in the replay as in the service.
+REESTIMATE_GROWTH = 0.25
+
+
+def estimate_moved(periods_then: int, periods_now: int) -> bool:
+    """Whether a market that had ``periods_then`` periods when its estimate was made has seen
+    enough since (``periods_now``) to estimate it again."""
+    return periods_now >= periods_then * (1 + REESTIMATE_GROWTH) + 2
+
+
 _MODES = (Mode.IDLE, Mode.SPOT, Mode.ON_DEMAND)
 _INDEX = {Mode.IDLE: IDLE, Mode.SPOT: SPOT, Mode.ON_DEMAND: ON_DEMAND}
 
@@ -183,8 +195,9 @@ def _why(s: Situation, mode: Mode) -> str:
 
 class Default:
     """``default``: budgeteer's own policy — the MDP policy for the zone's observed
-    availability (estimated on the week before the run), with the exact safety net: the
-    replay's side of :func:`decide`."""
+    availability, with the exact safety net: the replay's side of :func:`decide`. The estimate
+    is made on the week before the run and made again, on the week before the tick, whenever
+    the market has seen a quarter more periods (:func:`estimate_moved`, the service's rule)."""
 
     name = "default"
 
@@ -194,22 +207,30 @@ class Default:
         window = max(2, int(HISTORY_DAYS * 24 / g))
         lag = max(0.0, job.deadline_hours - job.work_hours)
         k = step_ticks(job.changeover_hours, g, job.work_hours, lag)
-        availability = estimate_availability(
-            history.available[-window:], g, k, job.changeover_hours
-        )
+        seen = history.available[-window:]
+        availability = estimate_availability(seen, g, k, job.changeover_hours)
         price = float(history.spot_usd_per_hour[-1]) if len(history) else INF
-        return ReplayDecider(job, availability, price, k, TableMemo(size=2))
+        return ReplayDecider(job, availability, price, k, TableMemo(size=2), window, _flips(seen))
+
+
+def _flips(available: NDArray[np.bool_]) -> int:
+    """How many times a sampled availability series changed (its closed periods)."""
+    return int(np.count_nonzero(available[1:] != available[:-1]))
 
 
 @dataclass(slots=True)
 class ReplayDecider:
-    """Turns each replay observation into a :class:`Situation` and asks :func:`decide`."""
+    """Turns each replay observation into a :class:`Situation` and asks :func:`decide`;
+    estimates the market again from the last ``window`` ticks when it moved (``periods``: the
+    flips the estimate in use was made from)."""
 
     job: SpotJob
     availability: Availability
     spot_usd_per_hour: float
     step_ticks: int
     memo: TableMemo
+    window: int = 0
+    periods: int = 0
 
     def situation(self, obs: Observation) -> Situation:
         """The observation as the decider's input (one epoch: the whole run)."""
@@ -233,5 +254,13 @@ class ReplayDecider:
         )
 
     def decide(self, obs: Observation) -> Mode:
-        """The decider's mode for this tick."""
+        """The decider's mode for this tick (the estimate made again first if it moved)."""
+        if self.window:
+            seen = obs.history[-self.window :]
+            flips = _flips(seen)
+            if estimate_moved(self.periods, flips):
+                self.availability = estimate_availability(
+                    seen, obs.gap_hours, self.step_ticks, self.job.changeover_hours
+                )
+                self.periods = flips
         return decide(self.situation(obs), self.availability, self.memo).mode
