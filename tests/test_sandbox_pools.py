@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from budgeteer.backends import Handle, LaunchRequest, SandboxBackend, TraceMarket
+from budgeteer.backends.base import CapacityUnavailable
 from budgeteer.backends.sandbox_pools import SandboxStateError
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
@@ -345,3 +346,47 @@ def test_an_unreadable_pools_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "work" / "pools.json").write_text('{"warm": [{"since": "yesterday"}]}')
     with pytest.raises(SandboxStateError, match=r"pools\.json: cannot read the pools' state"):
         _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0)
+
+
+def test_the_sandbox_holds_to_a_pools_max_itself(tmp_path: Path) -> None:
+    """The planner plans within a pool's ``max``; a launch beyond it (a planner bug, a second
+    scheduler) is refused by the backend, with the reason, and a warm instance is given back
+    to make room for a fresh launch within it."""
+    clock = ManualClock(T0)
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)  # no capacity limit
+    backend = SandboxBackend(
+        clock,
+        TraceMarket(np.array([False]), 60, T0),
+        tmp_path / "work",
+        pools={"od": PoolSettings("od", 0, 2, 3600.0, BOOT, 0.0)},
+        offerings=(od,),
+    )
+
+    def request(job: str, instances: int, seconds: float = 60) -> LaunchRequest:
+        sleep = (sys.executable, "-c", f"import time; time.sleep({seconds})")
+        return LaunchRequest(job, 1, od, sleep, tmp_path / job, instances=instances)
+
+    with pytest.raises(CapacityUnavailable, match=r"0 of 2 instances are in use \(pool's max\)"):
+        backend.launch(request("wide", 3))
+    running = backend.launch(request("a", 2, seconds=2))  # ends by itself: leaves both warm
+    with pytest.raises(CapacityUnavailable, match=r"2 of 2 instances are in use"):
+        backend.launch(request("b", 1))
+    for _ in range(2000):
+        if backend.status(running).state.is_final:
+            break
+        clock.advance(1)
+        time.sleep(0.01)
+    assert backend.warm_instances() == {"od": 2}  # both warm, the pool full
+    # a one-instance job takes one warm; a two-instance one then needs a fresh boot beside it:
+    # room is made by giving the other warm instance back, within the max
+    taken = backend.launch(request("c", 1))
+    assert taken.launched_at == clock.now()
+    assert backend.warm_instances() == {"od": 1}
+    with pytest.raises(CapacityUnavailable, match=r"1 of 2 instances are in use"):
+        backend.launch(request("d", 2))
+    assert backend.warm_instances() == {"od": 1}  # a refused launch gives nothing back
+    fresh = backend.launch(request("e", 1))  # the warm one, within the max
+    assert backend.warm_instances() == {}
+    assert fresh.launched_at == clock.now()
+    for handle in (taken, fresh):
+        backend.stop(handle, "done")

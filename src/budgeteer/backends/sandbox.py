@@ -131,13 +131,14 @@ class SandboxBackend(MarketPrices):
                 for a in self._attempts.values()
                 if a.final is None and a.request.offering.id == offering.id
             )
-            limit = offering.max_instances
-            if not warm and limit is not None:  # idle instances hold capacity: give some back
-                short = in_use + self._pools.held(offering.id) + request.instances - limit
-                self._pools.make_room(offering.id, short, now)
+            # the offering's capacity, and its pool's max: the backend holds to both itself
+            # (the planner plans within them; a launch beyond them is refused, not run)
+            limits = [x for x in (offering.max_instances, self._pools.maximum(offering.id)) if x]
+            limit = min(limits) if limits else None
             if not warm and limit is not None and in_use + request.instances > limit:
+                what = "pool's max" if limit != offering.max_instances else "instances"
                 raise CapacityUnavailable(
-                    f"{offering.id}: {in_use} of {limit} instances are in use, "
+                    f"{offering.id}: {in_use} of {limit} instances are in use ({what}), "
                     f"{request.instances} asked for"
                 )
             if not warm and not self.market.available(offering, now):
@@ -147,6 +148,10 @@ class SandboxBackend(MarketPrices):
                         next_available(self.market, offering, now),
                     )
                 raise CapacityUnavailable(f"{offering.id}: no spot capacity at {now:%H:%M:%S}")
+            if not warm and limit is not None:  # idle instances hold capacity: give some back
+                # (only for a launch that goes ahead: a refused one leaves the pool as it was)
+                short = in_use + self._pools.held(offering.id) + request.instances - limit
+                self._pools.make_room(offering.id, short, now)
             hid = f"{request.job_id}.{request.attempt}"
             ids = reused or _ids(request)
             handle = Handle.of(self.name, hid, request, ids, now)

@@ -64,6 +64,12 @@ class WarmInstances:
         """Warm instances by pooled offering (those with any)."""
         return {oid: len(w) for oid, w in self._warm.items() if w}
 
+    def maximum(self, offering_id: str) -> int | None:
+        """The most instances the offering's pool may hold at once, busy and warm (``None``:
+        not pooled, or no ``max``)."""
+        settings = self.settings.get(offering_id)
+        return None if settings is None else settings.maximum
+
     def held(self, offering_id: str) -> int:
         """Instances of ``offering_id`` idling warm now."""
         return len(self._warm.get(offering_id, ()))
