@@ -366,7 +366,9 @@ def test_the_sandbox_holds_to_a_pools_max_itself(tmp_path: Path) -> None:
         sleep = (sys.executable, "-c", f"import time; time.sleep({seconds})")
         return LaunchRequest(job, 1, od, sleep, tmp_path / job, instances=instances)
 
-    with pytest.raises(CapacityUnavailable, match=r"0 of 2 instances are in use \(pool's max\)"):
+    with pytest.raises(
+        CapacityUnavailable, match=r"0 of 2 instances are in use, 3 asked for \(the pool's max\)"
+    ):
         backend.launch(request("wide", 3))
     running = backend.launch(request("a", 2, seconds=2))  # ends by itself: leaves both warm
     with pytest.raises(CapacityUnavailable, match=r"2 of 2 instances are in use"):

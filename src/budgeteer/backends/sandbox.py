@@ -136,10 +136,10 @@ class SandboxBackend(MarketPrices):
             limits = [x for x in (offering.max_instances, self._pools.maximum(offering.id)) if x]
             limit = min(limits) if limits else None
             if not warm and limit is not None and in_use + request.instances > limit:
-                what = "pool's max" if limit != offering.max_instances else "instances"
+                pool = " (the pool's max)" if limit != offering.max_instances else ""
                 raise CapacityUnavailable(
-                    f"{offering.id}: {in_use} of {limit} instances are in use ({what}), "
-                    f"{request.instances} asked for"
+                    f"{offering.id}: {in_use} of {limit} instances are in use, "
+                    f"{request.instances} asked for{pool}"
                 )
             if not warm and not self.market.available(offering, now):
                 if offering.market is Market.ON_PREM:  # a pool's calendar is public: say when
