@@ -59,7 +59,8 @@ from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler.markets import MarketBook
 from budgeteer.scheduler.snapshots import off_spot_for_good
-from budgeteer.store.base import Attempt, SpotDecisionRecord
+from budgeteer.store.base import Attempt
+from budgeteer.store.records import SpotDecisionRecord
 
 #: Prefix of the decider's causes (events, attempts' exit reasons).
 PREFIX = "spot decider"

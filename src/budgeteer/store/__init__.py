@@ -13,8 +13,6 @@ from budgeteer.store.base import (
     OfferingBackoff,
     PricePoint,
     ProgressReport,
-    SignalRecord,
-    SpotDecisionRecord,
     Store,
     Submission,
     SubmitRequest,
@@ -23,6 +21,7 @@ from budgeteer.store.base import (
     WebSession,
 )
 from budgeteer.store.memory import MemoryStore
+from budgeteer.store.records import SignalRecord, SpotDecisionRecord
 from budgeteer.store.sql import SqlStore
 
 __all__ = [

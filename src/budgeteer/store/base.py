@@ -24,14 +24,13 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from budgeteer.core.speed import Speed
-from budgeteer.core.spot.decide import Decision, Situation
 from budgeteer.core.spot.estimate import MarketHistory
-from budgeteer.core.spot.replay import Mode
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.lifecycle import JobEvent
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
+from budgeteer.store.records import SignalRecord, SpotDecisionRecord
 
 
 class NotFound(BudgeteerError):
@@ -96,57 +95,6 @@ class PricePoint:
     at: datetime
     usd_per_hour: Decimal
     source: str
-
-
-@dataclass(frozen=True, slots=True)
-class SignalRecord:
-    """A retraining signal and what it caused (``budgeteer trigger``, ``POST /v1/signals``):
-    the model and its team, the kind (drift, skew, degradation), the severity reached, the
-    action (submit, upgrade, none), the job it submitted (if any), why, and the per-feature
-    statistics ``(feature, psi, ks, js)``. ``id`` is the store's (0 before it is kept)."""
-
-    model: str
-    team: str
-    kind: str
-    severity: str
-    action: str
-    job_id: str | None
-    at: datetime
-    reason: str
-    statistics: tuple[tuple[str, float, float | None, float], ...] = ()
-    id: int = 0
-
-
-#: What a spot decision did: a queued job took on-demand instead of waiting for spot, a spot
-#: attempt was moved to on-demand, an on-demand attempt was moved back to spot.
-SPOT_ACTIONS = ("take_on_demand", "bridge_on_demand", "to_spot")
-
-
-@dataclass(frozen=True, slots=True)
-class SpotDecisionRecord:
-    """A move the spot decider made, kept as data (``explain`` and the tests read it back; the
-    events keep the same decision in words): the job, the attempt it moved (``None`` for a
-    queued job), when, the ``action`` (one of :data:`SPOT_ACTIONS`), the spot offering the
-    decision was about, the mode decided, the :class:`~budgeteer.core.spot.decide.Situation`
-    it read (every number behind it: :func:`~budgeteer.core.spot.decide.decide` on it answers
-    the same again, given the market's estimate) and the safety net's word if it overrode the
-    MDP. ``id`` is the store's (0 before it is kept)."""
-
-    job_id: str
-    attempt_id: int | None
-    at: datetime
-    action: str
-    offering_id: str
-    decided: Mode
-    situation: Situation
-    safety_net: str = ""
-    id: int = 0
-
-    @property
-    def decision(self) -> Decision:
-        """The decision again (its :attr:`~budgeteer.core.spot.decide.Decision.reason` gives
-        the words)."""
-        return Decision(self.decided, self.situation, self.safety_net)
 
 
 def in_force_since(points: Sequence[PricePoint], since: datetime | None) -> list[PricePoint]:

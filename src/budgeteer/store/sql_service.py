@@ -28,13 +28,12 @@ from budgeteer.store.base import (
     OfferingBackoff,
     PricePoint,
     ProgressReport,
-    SignalRecord,
-    SpotDecisionRecord,
     UnknownJob,
     WebhookDelivery,
     WebSession,
 )
 from budgeteer.store.codec import job_from_dict
+from budgeteer.store.records import SignalRecord, SpotDecisionRecord
 from budgeteer.store.sql_support import (
     situation_from_json,
     situation_json,

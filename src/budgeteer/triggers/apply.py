@@ -15,7 +15,8 @@ from budgeteer.errors import SpecError
 from budgeteer.intake import submit_specs
 from budgeteer.spec.files import read_document
 from budgeteer.spec.job import JobSpec
-from budgeteer.store.base import SignalRecord, Store
+from budgeteer.store.base import Store
+from budgeteer.store.records import SignalRecord
 from budgeteer.triggers.drift import FeatureDrift
 from budgeteer.triggers.policy import Decision, OpenRetrain, TriggerPolicy, Variant
 
