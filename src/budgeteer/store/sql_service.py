@@ -255,10 +255,7 @@ class ServiceTables:
             "reason": record.reason,
             "statistics": json.dumps([list(s) for s in record.statistics]),
         }
-        with self._tx() as conn:
-            key = conn.execute(t.signals.insert().values(**row)).inserted_primary_key
-            assert key is not None
-            return int(key[0])
+        return self._append(t.signals, row)
 
     def signals(self, model: str | None = None, limit: int | None = 100) -> list[SignalRecord]:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -281,6 +278,13 @@ class ServiceTables:
             )
             for r in rows
         ]
+
+    def _append(self, table: sa.Table, row: Mapping[str, Any]) -> int:
+        """Insert one row of an append-only record table; its new ``id``."""
+        with self._tx() as conn:
+            key = conn.execute(table.insert().values(**row)).inserted_primary_key
+            assert key is not None
+            return int(key[0])
 
     def _newest(
         self, table: sa.Table, column: sa.Column[Any], value: str | None, limit: int | None
@@ -307,10 +311,7 @@ class ServiceTables:
             "safety_net": record.safety_net,
             "situation": situation_json(record.situation),
         }
-        with self._tx() as conn:
-            key = conn.execute(t.spot_decisions.insert().values(**row)).inserted_primary_key
-            assert key is not None
-            return int(key[0])
+        return self._append(t.spot_decisions, row)
 
     def spot_decisions(
         self, job_id: str | None = None, limit: int | None = 100
