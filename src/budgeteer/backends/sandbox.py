@@ -133,7 +133,8 @@ class SandboxBackend(MarketPrices):
             )
             # the offering's capacity, and its pool's max: the backend holds to both itself
             # (the planner plans within them; a launch beyond them is refused, not run)
-            limits = [x for x in (offering.max_instances, self._pools.maximum(offering.id)) if x]
+            caps = (offering.max_instances, self._pools.maximum(offering.id))
+            limits = [x for x in caps if x is not None]  # 0 is a limit too
             limit = min(limits) if limits else None
             if not warm and limit is not None and in_use + request.instances > limit:
                 pool = " (the pool's max)" if limit != offering.max_instances else ""
