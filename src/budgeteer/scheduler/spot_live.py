@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -107,11 +108,11 @@ class Move:
 
 def changeover_hours(job: Job, spot: Offering, measured_seconds: float | None = None) -> float:
     """What one changeover costs the job, in hours: as measured from its own restarts
-    (``measured_seconds``, see :func:`measured_changeover_seconds`) once it has restarted —
-    never less than a new instance's start-up;
-    before that, the start-up of a new instance, the job's declared restart overhead and half a
-    checkpoint interval of work lost — a preemption's cost, the dearer of the two kinds (a
-    decided move checkpoints first and loses none)."""
+    (``measured_seconds``, see :func:`measured_changeover_seconds`) once it has restarted,
+    never less than a new instance's start-up; before that, the start-up of a new instance, the
+    job's declared restart overhead and half a checkpoint interval of work lost — a
+    preemption's cost, the dearer of the two kinds (a decided move checkpoints first and loses
+    none)."""
     if measured_seconds is not None:
         return max(measured_seconds, spot.startup_seconds) / 3600.0
     lost = job.checkpoint_interval_seconds / 2.0
@@ -165,11 +166,7 @@ def measured_changeover_seconds(
         back = now[k][0] - timedelta(seconds=(now[k][1] - reached) / r)
         back = min(max(back, a.started_at), now[k][0])
         seen.append((back - a.started_at).total_seconds())
-    if not seen:
-        return None
-    seen.sort()
-    mid = len(seen) // 2
-    return seen[mid] if len(seen) % 2 else (seen[mid - 1] + seen[mid]) / 2
+    return statistics.median(seen) if seen else None
 
 
 #: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
