@@ -24,19 +24,20 @@ PY = sys.executable
 
 
 # -- from a config: `budgeteer run` on EC2 ----------------------------------------------------
-def _config(tmp_path: Path, backend: dict[str, Any]) -> Path:
+def _config(tmp_path: Path, backend: dict[str, Any], **more: Any) -> Path:
     cfg = tmp_path / "budgeteer.yaml"
-    doc = {"store": "sqlite:///state.db", "interval_seconds": 1, "backend": backend}
+    doc = {"store": "sqlite:///state.db", "interval_seconds": 1, "backend": backend, **more}
     cfg.write_text(yaml.safe_dump(doc))
     return cfg
 
 
-def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> None:
+def _moto_backend(moto_url: str, tmp_path: Path) -> dict[str, Any]:
+    """An ``ec2`` backend section on moto, with a fresh bucket."""
     make = session(moto_url)
     image = make("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     bucket = f"budgeteer-{uuid.uuid4().hex[:8]}"
     make("s3").create_bucket(Bucket=bucket)
-    backend = {
+    return {
         "kind": "ec2",
         "region": "us-east-1",
         "bucket": bucket,
@@ -47,6 +48,22 @@ def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> No
         "poll_seconds": 0.2,
         "shutdown": False,
     }
+
+
+def _job(name: str, code: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "team": "t",
+        "resources": {"accelerators": ["V100"]},
+        "work": {"reference_hours": 0.01},
+        "command": [PY, "-c", code],
+    }
+
+
+def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> None:
+    make = session(moto_url)
+    backend = _moto_backend(moto_url, tmp_path)
+    bucket = backend["bucket"]
     cfg = _config(tmp_path, backend)
     config, root = load_config(cfg)
     service = build(config, root)
@@ -56,17 +73,10 @@ def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> No
     assert offerings
     assert {(o.provider, o.region) for o in offerings} == {("aws", "us-east-1")}
     assert all(len(o.zones) != 1 for o in offerings)  # zonal ones need a subnet
-    job = {
-        "name": "retrain",
-        "team": "t",
-        "resources": {"accelerators": ["V100"]},
-        "work": {"reference_hours": 0.01},
-        "command": [
-            PY,
-            "-c",
-            "import os; open(os.environ['BUDGETEER_CHECKPOINT_DIR'] + '/trained', 'w').write('ok')",
-        ],
-    }
+    job = _job(
+        "retrain",
+        "import os; open(os.environ['BUDGETEER_CHECKPOINT_DIR'] + '/trained', 'w').write('ok')",
+    )
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump([job]))
     env = {**os.environ, **CREDENTIALS}
@@ -110,6 +120,49 @@ def test_budgeteer_run_on_ec2_from_a_config(moto_url: str, tmp_path: Path) -> No
     )
     assert abs(billed - expected) < Decimal("0.01")
     assert billed > 0
+
+
+def test_a_restarted_budgeteer_run_on_ec2_puts_the_next_job_on_the_warm_instance(
+    moto_url: str, tmp_path: Path
+) -> None:
+    """Pools on EC2 from a config, end to end: the first ``budgeteer run`` leaves its instance
+    warm (idle_timeout 1h), a second one — a new process — takes it back from S3 and runs the
+    next job there; the idle time between is billed to the first job, exactly."""
+    pools = [{"offerings": "*", "max": 2, "idle_timeout": "1h"}]
+    cfg = _config(tmp_path, _moto_backend(moto_url, tmp_path), pools=pools)
+    config, root = load_config(cfg)
+    service = build(config, root)
+    env = {**os.environ, **CREDENTIALS}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    instances = Instances(moto_url, service.namespace(), "", logs)
+    try:
+        for name in ("first", "second"):
+            jobs = tmp_path / f"{name}.yaml"
+            jobs.write_text(yaml.safe_dump([_job(name, "print('trained')")]))
+            for command in (["submit", str(jobs)], ["run", "--until-idle"]):
+                done = subprocess.run(
+                    [PY, "-m", "budgeteer", *command, "--config", str(cfg)],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    env=env,
+                    check=False,
+                )
+                assert done.returncode == 0, done.stderr
+    finally:
+        instances.close()
+    store = service.store
+    (first,) = store.attempts("first")
+    (second,) = store.attempts("second")
+    assert store.job("second").state.value == "succeeded"
+    assert first.instance_ids == second.instance_ids  # one RunInstances, the instance reused
+    assert len(first.instance_ids) == 1
+    idle = [e for e in store.ledger(job_id="first") if e.price_source.startswith("idle in pool")]
+    assert len(idle) == 1
+    assert first.ended_at is not None
+    assert idle[0].start == first.ended_at  # from the first job's end ...
+    assert idle[0].end == second.started_at  # ... to the second's taking of the instance
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import yaml
 
 from budgeteer.backends import Handle, LaunchRequest, SandboxBackend, TraceMarket
 from budgeteer.backends.base import CapacityUnavailable
-from budgeteer.backends.sandbox_pools import SandboxStateError
+from budgeteer.backends.warm import PoolStateError
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.config import load_config
@@ -183,7 +183,7 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
                 },
             },
             "",
-            "only the sandbox backend",
+            "only the sandbox and ec2 backends",
         ),
     ],
 )
@@ -344,7 +344,7 @@ def test_a_restarted_sandbox_keeps_its_warm_instances(tmp_path: Path) -> None:
 def test_an_unreadable_pools_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "pools.json").write_text('{"warm": [{"since": "yesterday"}]}')
-    with pytest.raises(SandboxStateError, match=r"pools\.json: cannot read the pools' state"):
+    with pytest.raises(PoolStateError, match=r"pools\.json: cannot read the pools' state"):
         _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0)
 
 

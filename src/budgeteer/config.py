@@ -312,15 +312,17 @@ class ServiceConfig(_Strict):
     #: the trigger policy ``POST /v1/signals`` applies (``budgeteer.triggers.policy``)
     triggers: Path | None = None
     #: offerings whose instances stay warm between jobs, and short jobs batched on them
-    #: (``budgeteer.spec.pool``); the sandbox backend keeps them
+    #: (``budgeteer.spec.pool``); the sandbox and EC2 backends keep them
     pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
-    def _pools_need_the_sandbox(self) -> ServiceConfig:
-        if self.pools and not isinstance(self.backend, SandboxConfig):
+    def _pools_need_a_pooling_backend(self) -> ServiceConfig:
+        if self.pools and not isinstance(self.backend, SandboxConfig | Ec2Config):
             raise ValueError(
-                "pools: only the sandbox backend keeps instances warm between jobs so far; "
-                f"remove pools or use kind: sandbox (backend.kind is {self.backend.kind!r})"
+                "pools: only the sandbox and ec2 backends keep instances warm between jobs so "
+                "far (a Ray or Slurm cluster's nodes, and a Kubernetes node pool, stay up "
+                "whatever budgeteer does); remove pools or use kind: sandbox or ec2 "
+                f"(backend.kind is {self.backend.kind!r})"
             )
         return self
 

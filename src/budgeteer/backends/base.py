@@ -71,6 +71,14 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     #: the job's tier (a backend that bids for spot bids by it)
     tier: Tier | None = None
+    #: when the scheduler bills the attempt from (its start): a warm instance it takes stops
+    #: idling there, so no moment is billed twice (``None``: the backend's clock)
+    billed_from: datetime | None = None
+
+    def taken_at(self, now: datetime) -> datetime:
+        """When a warm instance this attempt takes stops idling: its billing start, never
+        after ``now``."""
+        return now if self.billed_from is None else min(now, self.billed_from)
 
 
 @dataclass(frozen=True, slots=True)

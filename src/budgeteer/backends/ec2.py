@@ -33,6 +33,9 @@ second from launch to termination, at the catalog's price of the offering.
 Stop. ``stop`` puts ``ATTEMPT/stop`` in S3 (the agents poll it and send the job SIGTERM); once
 ``grace_seconds`` have passed, or the agents have written their exits, the instances are
 terminated.
+
+Pools (``pools``: offering id → settings; :mod:`budgeteer.backends.ec2_pools`): a pooled
+offering's instances are kept running between attempts and take the next job from S3.
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from budgeteer.backends.base import (
     Capabilities,
     CapacityUnavailable,
     Handle,
+    IdleTime,
     LaunchFailed,
     LaunchRequest,
     RunState,
@@ -59,22 +63,24 @@ from budgeteer.backends.base import (
 from budgeteer.backends.ec2_launch import (
     BID_HISTORY_DAYS,
     CAPACITY_CODES,
-    QUEUE_POLL_SECONDS,
     SPOT_TERMINATION,
     TRANSIENT_CODES,
     Ec2Settings,
     Ec2Unavailable,
-    as_utc,
+    InterruptionQueue,
     attempt_key,
+    attempt_started,
+    attempt_status,
     client_error,
     max_price,
-    parse_time,
     render_user_data,
+    run_instances_args,
     state_reason,
-    warned_instance,
 )
+from budgeteer.backends.ec2_pools import Ec2Pools
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.clock import Clock
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.tier import Tier
 
@@ -116,6 +122,7 @@ class Ec2Backend(CatalogPrices):
         *,
         namespace: str,
         session: Callable[[str], Any] | None = None,
+        pools: Mapping[str, PoolSettings] | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings
@@ -125,8 +132,12 @@ class Ec2Backend(CatalogPrices):
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
-        self._queue_read = datetime.min.replace(tzinfo=UTC)
-        self._interrupted: set[str] = set()  # instance ids AWS warned about
+        self.interruptions = InterruptionQueue(settings.interruption_queue_url)
+        self._interrupted = self.interruptions.warned  # instance ids AWS warned about
+        self.pools = Ec2Pools(
+            settings, namespace, pools or {}, self.offerings, self._call, self._terminate
+        )
+        self.warm_starts: set[str] = set()  # attempts (keys) started on warm instances
 
     # -- clients --------------------------------------------------------------------------
     def _boto_client(self, service: str) -> Any:
@@ -171,47 +182,23 @@ class Ec2Backend(CatalogPrices):
                 "needs provider aws, this region, an image for its accelerator and, for a "
                 "zonal offering, a subnet for its zone"
             )
-        self._check_limit(request)
         key = attempt_key(request, self.namespace)
-        user_data = render_user_data(self.settings, request, self.namespace, job_variables(request))
-        tags = [
-            {"Key": "budgeteer:deployment", "Value": self.namespace},
-            {"Key": "budgeteer:job", "Value": request.job_id},
-            {"Key": "budgeteer:attempt", "Value": str(request.attempt)},
-            {"Key": "budgeteer:offering", "Value": offering.id},
-            {"Key": "Name", "Value": key},
-        ]
-        kwargs: dict[str, Any] = {
-            "ImageId": self.settings.image(offering),
-            "InstanceType": offering.instance_type,
-            "MinCount": request.instances,
-            "MaxCount": request.instances,
-            "UserData": user_data,
-            "ClientToken": key[-64:],
-            "InstanceInitiatedShutdownBehavior": "terminate",
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
-            ],
-        }
-        if self.settings.security_groups:
-            kwargs["SecurityGroupIds"] = list(self.settings.security_groups)
-        if self.settings.instance_profile:
-            profile = self.settings.instance_profile
-            kwargs["IamInstanceProfile"] = (
-                {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        pooled = self.pools.pooled(offering.id)
+        if pooled:
+            warm = self._take_warm(request, key)
+            if warm is not None:
+                return warm
+        self._check_limit(request)
+        if pooled:
+            user_data = self.pools.user_data()
+        else:
+            user_data = render_user_data(
+                self.settings, request, self.namespace, job_variables(request)
             )
-        if self.settings.key_name:
-            kwargs["KeyName"] = self.settings.key_name
-        if offering.market is Market.SPOT:
-            spot: dict[str, Any] = {
-                "SpotInstanceType": "one-time",
-                "InstanceInterruptionBehavior": "terminate",
-            }
-            max_price = self._max_price(offering, request.tier)
-            if max_price is not None:
-                spot["MaxPrice"] = max_price
-            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+        spot_price = (
+            self._max_price(offering, request.tier) if offering.market is Market.SPOT else None
+        )
+        kwargs = run_instances_args(self.settings, request, self.namespace, user_data, spot_price)
         reply = self._run(offering, key, kwargs)
         instances = reply.get("Instances", [])
         ids = tuple(sorted(str(i["InstanceId"]) for i in instances))
@@ -219,8 +206,23 @@ class Ec2Backend(CatalogPrices):
             self._terminate(ids)
             raise CapacityUnavailable(f"{offering.id}: {len(ids)} of {request.instances} launched")
         handle = Handle.of(self.name, key, request, ids, self.clock.now())
+        if pooled:
+            self.pools.launched(ids, request, handle.launched_at)
         with self._lock:
             self._attempts[key] = _Attempt(handle, key)
+        return handle
+
+    def _take_warm(self, request: LaunchRequest, key: str) -> Handle | None:
+        """The attempt started on warm instances of its pool, or ``None`` when the pool has
+        not that many."""
+        now = request.taken_at(self.clock.now())
+        ids = self.pools.take(request, now)
+        if ids is None:
+            return None
+        handle = Handle.of(self.name, key, request, ids, now)
+        with self._lock:
+            self._attempts[key] = _Attempt(handle, key)
+            self.warm_starts.add(key)
         return handle
 
     def _run(self, offering: Offering, key: str, kwargs: dict[str, Any]) -> Any:
@@ -249,7 +251,7 @@ class Ec2Backend(CatalogPrices):
         found = self._by_tags(request.job_id, request.attempt)
         if not found:
             return None
-        launched = min(as_utc(i["LaunchTime"]) for i in found)
+        launched = min(attempt_started(i) for i in found)
         ids = tuple(sorted(str(i["InstanceId"]) for i in found))
         handle = Handle.of(self.name, key, request, ids, launched)
         attempt = _Attempt(handle, key)
@@ -278,10 +280,71 @@ class Ec2Backend(CatalogPrices):
             self._put_text(f"{self._attempt_prefix(attempt.key)}/interrupted", "1")
         status = self._status(attempt, instances)
         if status.state.is_final:
-            self._terminate(handle.instance_ids)
-            with self._lock:
-                attempt.final = status
+            self._ended(attempt, status, instances)
         return status
+
+    def _ended(
+        self, attempt: _Attempt, status: Status, instances: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """The attempt ended: on a pooled offering, with every agent's exit written, the market
+        not in it and the instances still running, they go warm; else they are terminated."""
+        handle = attempt.handle
+        ids = handle.instance_ids
+        keep = (
+            self.pools.pooled(handle.offering_id)
+            and status.state is not RunState.PREEMPTED
+            and len(self._exits(attempt.key)) >= len(ids)
+            and all(instances.get(i, {}).get("State", {}).get("Name") == "running" for i in ids)
+            and not any(i in self._interrupted for i in ids)
+        )
+        if not keep:
+            self._terminate(ids)
+        with self._lock:
+            if attempt.final is not None:
+                return
+            attempt.final = status
+        if keep:
+            at = status.ended_at or self.clock.now()
+            self.pools.left(self.offerings[handle.offering_id], handle, at)
+
+    # -- pools (see :mod:`budgeteer.backends.ec2_pools`) ------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return dict(self.pools.settings)
+
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return self.pools.counts()
+
+    def take_idle(self) -> list[IdleTime]:
+        """See :class:`~budgeteer.backends.base.IdleBilling`."""
+        return self.pools.take_idle()
+
+    def release_idle(self) -> None:
+        """See :class:`~budgeteer.backends.base.IdleBilling`: the warm instances EC2 no longer
+        runs (the market took them, someone terminated them) are dropped, billed until now;
+        those each pool's sizing releases are given back."""
+        warm = self.pools.warm_ids()
+        if not warm:
+            return
+        self._read_interruptions()
+        seen = self._describe(tuple(sorted(warm)))
+        lost = {
+            i
+            for i in warm
+            if i in self._interrupted or seen.get(i, {}).get("State", {}).get("Name") != "running"
+        }
+        with self._lock:
+            busy = {oid: self._busy(oid) for oid in self.pools.settings}
+        self.pools.release_idle(busy, lost, self.clock.now())
+
+    def _busy(self, offering_id: str) -> int:
+        """Instances of ``offering_id`` running attempts now (under the lock)."""
+        return sum(
+            len(a.handle.instance_ids)
+            for a in self._attempts.values()
+            if a.final is None and a.handle.offering_id == offering_id
+        )
 
     def stop(self, handle: Handle, reason: str) -> None:
         """The notice: ``ATTEMPT/stop`` in S3, which the agents poll; the instances are
@@ -305,53 +368,16 @@ class Ec2Backend(CatalogPrices):
 
     # -- reading the attempt's state -----------------------------------------------------
     def _status(self, attempt: _Attempt, instances: Mapping[str, Mapping[str, Any]]) -> Status:
-        handle = attempt.handle
-        now = self.clock.now()
-        exits = self._exits(attempt.key)
-        started = handle.launched_at
-        notice = attempt.stop_reason
-        if len(exits) >= len(handle.instance_ids):
-            ended = max((parse_time(e.get("ended_at")) or now) for e in exits.values())
-            ended = min(max(ended, started), now)
-            codes = [int(exits[r].get("code", 1)) for r in sorted(exits)]
-            noticed = {e.get("notice") for e in exits.values()} - {None}
-            if not noticed and all(c == 0 for c in codes):
-                return Status(RunState.SUCCEEDED, 0, "", started, ended)
-            if attempt.interrupted or "interruption" in noticed:
-                return Status(RunState.PREEMPTED, codes[0], "spot interruption", started, ended)
-            if notice is not None:
-                return Status(RunState.STOPPED, codes[0], notice, started, ended)
-            bad = next((c for c in codes if c != 0), 1)
-            return Status(RunState.FAILED, bad, f"exit code {bad}", started, ended)
-        gone = {
-            iid: x
-            for iid, x in instances.items()
-            if x.get("State", {}).get("Name") in {"shutting-down", "terminated", "stopped"}
-        }
-        missing = [i for i in handle.instance_ids if i not in instances]
-        if gone or missing:
-            if attempt.interrupted:
-                return Status(RunState.PREEMPTED, None, "spot interruption", started, now)
-            if notice is not None:
-                return Status(RunState.STOPPED, None, notice, started, now)
-            why = ", ".join(
-                f"{i}: {state_reason(x) or 'terminated'}" for i, x in sorted(gone.items())
-            )
-            if missing:
-                why = ", ".join(filter(None, [why, f"{', '.join(missing)}: unknown to EC2"]))
-            return Status(RunState.FAILED, None, f"instance ended: {why}", started, now)
-        if (
-            notice is not None
-            and attempt.stop_at is not None
-            and now - attempt.stop_at >= timedelta(seconds=self.settings.grace_seconds)
-        ):
-            state = RunState.PREEMPTED if attempt.interrupted else RunState.STOPPED
-            reason = "spot interruption" if attempt.interrupted else notice
-            return Status(state, None, f"{reason} (killed after the grace)", started, now)
-        states = {x.get("State", {}).get("Name") for x in instances.values()}
-        if states == {"running"}:
-            return Status(RunState.RUNNING, None, "", started)
-        return Status(RunState.PROVISIONING, None, "", None)
+        return attempt_status(
+            attempt.handle,
+            self._exits(attempt.key),
+            instances,
+            stop_reason=attempt.stop_reason,
+            stop_at=attempt.stop_at,
+            interrupted=attempt.interrupted,
+            grace_seconds=self.settings.grace_seconds,
+            now=self.clock.now(),
+        )
 
     def _unless(self, gone: frozenset[str], service: str, op: str, **kwargs: Any) -> Any:
         """``service.op(**kwargs)`` as :meth:`_call`, or ``None`` when AWS answers one of the
@@ -410,34 +436,11 @@ class Ec2Backend(CatalogPrices):
         return out
 
     def _read_interruptions(self) -> None:
-        """Drain the interruption queue (at most once a second): warnings for our instances
-        are remembered and deleted; malformed messages are deleted with a warning; others'
-        are left for their owner."""
-        url = self.settings.interruption_queue_url
-        now = self.clock.now()
-        if url is None or (now - self._queue_read).total_seconds() < QUEUE_POLL_SECONDS:
-            return
-        self._queue_read = now
+        """Drain the interruption queue (see :class:`~budgeteer.backends.ec2_launch.
+        InterruptionQueue`) for the instances of the attempts this backend knows."""
         with self._lock:
             ours = {i for a in self._attempts.values() for i in a.handle.instance_ids}
-        for _ in range(10):  # at most 100 messages a read
-            reply = self._call(
-                "sqs", "receive_message", QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0
-            )
-            messages = reply.get("Messages", [])
-            if not messages:
-                return
-            for message in messages:
-                instance = warned_instance(message.get("Body", ""))
-                if instance is None:
-                    log.warning("dropping a malformed interruption message: %.200s", message)
-                elif instance not in ours:
-                    continue
-                else:
-                    self._interrupted.add(instance)
-                self._call(
-                    "sqs", "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"]
-                )
+        self.interruptions.read(self._call, ours, self.clock.now())
 
     # -- helpers --------------------------------------------------------------------------
     def _attempt_prefix(self, key: str) -> str:
@@ -455,20 +458,27 @@ class Ec2Backend(CatalogPrices):
             self._unless(_NO_INSTANCE, "ec2", "terminate_instances", InstanceIds=list(ids))
 
     def _check_limit(self, request: LaunchRequest) -> None:
-        limit = self.settings.limits.get(request.offering.id, request.offering.max_instances)
-        if limit is None:
+        """Refuse a launch beyond the offering's limit or its pool's ``max`` (busy instances
+        count; warm ones are given back, longest idle first, to make room)."""
+        oid = request.offering.id
+        configured = self.settings.limits.get(oid, request.offering.max_instances)
+        pool = self.pools.settings.get(oid)
+        caps = [c for c in (configured, pool.maximum if pool else None) if c is not None]
+        if not caps:
             return
+        limit = min(caps)
+        now = self.clock.now()
         with self._lock:
-            used = sum(
-                len(a.handle.instance_ids)
-                for a in self._attempts.values()
-                if a.final is None and a.handle.offering_id == request.offering.id
-            )
-        if used + request.instances > limit:
-            raise CapacityUnavailable(
-                f"{request.offering.id}: {used} of {limit} instances in use "
-                f"(backend.limits), {request.instances} asked for"
-            )
+            used = self._busy(oid)
+            if used + request.instances > limit:
+                pooled = configured is None or limit < configured
+                what = "the pool's max" if pooled else "backend.limits"
+                raise CapacityUnavailable(
+                    f"{oid}: {used} of {limit} instances in use ({what}), "
+                    f"{request.instances} asked for"
+                )
+        if pool is not None:
+            self.pools.make_room(oid, used + request.instances - limit, now)
 
     def _max_price(self, offering: Offering, tier: Tier | None) -> str | None:
         """``MaxPrice`` of a spot launch (see :func:`~budgeteer.backends.ec2_launch.max_price`)."""

@@ -21,6 +21,14 @@ The agent
    — what the backend reads to say succeeded, failed, stopped or preempted — and, with
    ``--shutdown``, powers the instance off (its shutdown behaviour is *terminate*: billing ends).
 
+A **pooled** instance (``--pool-prefix``; the user data carries no job) is kept warm between
+jobs: the backend puts each job it gives the instance in ``POOL_PREFIX/INSTANCE_ID/next.json``
+(:class:`Assignment`: the attempt's and checkpoint's prefixes, the rank, the job's variables and
+command); the agent takes it, runs it as above, and waits for the next. It leaves — and, with
+``--shutdown``, powers off — when ``POOL_PREFIX/INSTANCE_ID/release`` appears (the backend gives
+the instance back; it also terminates it), when the spot instance-action is set, or after
+``--warm-limit`` seconds with nothing to run.
+
 It needs the standard library and boto3 (the AMI's budgeteer install has both); the S3 endpoint
 is boto3's own (``AWS_ENDPOINT_URL`` where set, as in the tests against moto).
 """
@@ -37,6 +45,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -145,55 +154,158 @@ def _notice(imds: Imds, s3: Any, bucket: str, attempt_prefix: str) -> str | None
     return "stop"
 
 
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One job for this instance: where its attempt and checkpoint live in S3, its rank among
+    the attempt's ``nodes``, the job's own variables and its command."""
+
+    attempt_prefix: str
+    checkpoint_prefix: str
+    nodes: int
+    rank: int
+    env: dict[str, str]
+    command: list[str]
+
+    @classmethod
+    def parse(cls, text: str) -> Assignment:
+        """An assignment from its JSON (``ValueError`` naming the field that is wrong)."""
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError("an assignment is a JSON object")
+        for name in ("attempt_prefix", "checkpoint_prefix"):
+            if not isinstance(doc.get(name), str) or not doc[name]:
+                raise ValueError(f"{name}: a non-empty string is needed")
+        for name in ("nodes", "rank"):
+            if not isinstance(doc.get(name), int) or doc[name] < 0:
+                raise ValueError(f"{name}: a whole number ≥ 0 is needed")
+        env, command = doc.get("env"), doc.get("command")
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError("env: an object of strings is needed")
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(c, str) for c in command)
+        ):
+            raise ValueError("command: a non-empty list of strings is needed")
+        return cls(
+            doc["attempt_prefix"],
+            doc["checkpoint_prefix"],
+            doc["nodes"],
+            doc["rank"],
+            env,
+            command,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    """The agent's life (see the module docstring); returns the job's exit code."""
+    """The agent's life (see the module docstring): one job, or — with ``--pool-prefix`` —
+    job after job as they are assigned; returns the (last) job's exit code."""
     import boto3  # noqa: PLC0415 - on the instance (the aws extra)
 
     imds = Imds(os.environ.get("BUDGETEER_IMDS_URL", IMDS_URL))
     instance_id = imds.get("instance-id") or ""
-    rank = int(imds.get("ami-launch-index") or 0)
     s3 = boto3.client("s3")
-    folder = Path(args.workdir) / os.environ.get("BUDGETEER_JOB_ID", "job")
-    checkpoints = Checkpoints(s3, args.bucket, args.checkpoint_prefix, folder)
+    if args.pool_prefix is None:
+        rank = int(imds.get("ami-launch-index") or 0)
+        job = Assignment(
+            args.attempt_prefix, args.checkpoint_prefix, args.nodes, rank, {}, args.command
+        )
+        code = run_job(args, imds, s3, instance_id, job)
+    else:
+        code = serve_pool(args, imds, s3, instance_id)
+    if args.shutdown:
+        subprocess.run(["shutdown", "-h", "now"], check=False)
+    return code
+
+
+def serve_pool(args: argparse.Namespace, imds: Imds, s3: Any, instance_id: str) -> int:
+    """A pooled instance: waits for ``POOL_PREFIX/INSTANCE/next.json``, runs that job, and
+    waits again; leaves when ``POOL_PREFIX/INSTANCE/release`` appears, when the spot
+    instance-action is set, or after ``--warm-limit`` seconds with nothing to do (a scheduler
+    gone for good must not leave instances running forever)."""
+    mailbox = f"{args.pool_prefix.rstrip('/')}/{instance_id}"
+    code = 0
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < args.warm_limit:
+        if _exists(s3, args.bucket, f"{mailbox}/release") or imds.get("spot/instance-action"):
+            break
+        text = _read(s3, args.bucket, f"{mailbox}/next.json")
+        if text is None:
+            time.sleep(args.poll)
+            continue
+        _quietly(lambda: s3.delete_object(Bucket=args.bucket, Key=f"{mailbox}/next.json"))
+        try:
+            job = Assignment.parse(text)
+        except ValueError as exc:  # nothing to run; the backend sees no exit and no job
+            print(f"budgeteer agent: ignoring a malformed assignment: {exc}", file=sys.stderr)
+            continue
+        code = run_job(args, imds, s3, instance_id, job)
+        idle_since = time.monotonic()
+    return code
+
+
+def _exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except Exception:  # 404, or S3 not reachable this time: look again next poll
+        return False
+    return True
+
+
+def _read(s3: Any, bucket: str, key: str) -> str | None:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except Exception:  # not there (yet), or S3 not reachable this time
+        return None
+    return str(body.decode("utf-8", "replace"))
+
+
+def run_job(
+    args: argparse.Namespace, imds: Imds, s3: Any, instance_id: str, job: Assignment
+) -> int:
+    """Run one job to its end (steps 2–5 of the module docstring); returns its exit code."""
+    name = job.env.get("BUDGETEER_JOB_ID") or os.environ.get("BUDGETEER_JOB_ID", "job")
+    folder = Path(args.workdir) / name
+    checkpoints = Checkpoints(s3, args.bucket, job.checkpoint_prefix, folder)
     checkpoints.get()
-    env = dict(os.environ)
+    env = dict(os.environ) | job.env
     env |= {
         "BUDGETEER_CHECKPOINT_DIR": str(folder),
         "BUDGETEER_PROGRESS_FILE": str(folder / "progress.jsonl"),
-        "BUDGETEER_NODE_RANK": str(rank),
-        "BUDGETEER_NUM_NODES": str(args.nodes),
+        "BUDGETEER_NODE_RANK": str(job.rank),
+        "BUDGETEER_NUM_NODES": str(job.nodes),
         # where the folder is kept between attempts (the agent syncs it; a job that writes
         # large checkpoints itself may put them there directly)
-        "BUDGETEER_CHECKPOINT_S3": f"s3://{args.bucket}/{args.checkpoint_prefix}/",
+        "BUDGETEER_CHECKPOINT_S3": f"s3://{args.bucket}/{job.checkpoint_prefix}/",
     }
     env.pop("BUDGETEER_IMDS_URL", None)
-    proc = subprocess.Popen(args.command, env=env, cwd=folder, start_new_session=True)
+    proc = subprocess.Popen(job.command, env=env, cwd=folder, start_new_session=True)
     notice: str | None = None
     noticed_at = 0.0
     last_sync = time.monotonic()
     while proc.poll() is None:
         time.sleep(args.poll)
         if notice is None:
-            notice = _notice(imds, s3, args.bucket, args.attempt_prefix)
+            notice = _notice(imds, s3, args.bucket, job.attempt_prefix)
             if notice is not None:
                 noticed_at = time.monotonic()
                 _signal(proc, signal.SIGTERM)
         elif time.monotonic() - noticed_at > args.grace:
             _signal(proc, signal.SIGKILL)
-        if rank == 0 and time.monotonic() - last_sync >= args.sync:
+        if job.rank == 0 and time.monotonic() - last_sync >= args.sync:
             _quietly(checkpoints.put)
             last_sync = time.monotonic()
     code = _exit_code(proc.returncode)
-    if rank == 0:
+    if job.rank == 0:
         _quietly(checkpoints.put)
     record = {"code": code, "notice": notice, "ended_at": _now(), "instance_id": instance_id}
     s3.put_object(
         Bucket=args.bucket,
-        Key=f"{args.attempt_prefix}/exit-{rank}.json",
+        Key=f"{job.attempt_prefix}/exit-{job.rank}.json",
         Body=json.dumps(record).encode(),
     )
-    if args.shutdown:
-        subprocess.run(["shutdown", "-h", "now"], check=False)
     return code
 
 
@@ -206,15 +318,17 @@ def _quietly(put: Any) -> None:
     try:
         put()
     except Exception as exc:  # a failed sync is tried again; the job goes on
-        print(f"budgeteer agent: checkpoint sync failed: {exc}", file=sys.stderr)
+        print(f"budgeteer agent: {exc}", file=sys.stderr)
 
 
 def parser() -> argparse.ArgumentParser:
     """The agent's command line (the user data writes it)."""
     p = argparse.ArgumentParser(prog="python -m budgeteer.backends.ec2_agent")
     p.add_argument("--bucket", required=True)
-    p.add_argument("--attempt-prefix", required=True)
-    p.add_argument("--checkpoint-prefix", required=True)
+    p.add_argument("--attempt-prefix")
+    p.add_argument("--checkpoint-prefix")
+    p.add_argument("--pool-prefix", help="a pooled instance: its jobs are assigned here")
+    p.add_argument("--warm-limit", type=float, default=3600.0)
     p.add_argument("--workdir", required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--grace", type=float, default=110.0)
@@ -230,8 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
-    if not args.command:
-        print("budgeteer agent: no command after --", file=sys.stderr)
+    if args.pool_prefix is None and not (
+        args.command and args.attempt_prefix and args.checkpoint_prefix
+    ):
+        print(
+            "budgeteer agent: --attempt-prefix, --checkpoint-prefix and a command after -- "
+            "(or --pool-prefix)",
+            file=sys.stderr,
+        )
         return 2
     return run(args)
 

@@ -1,23 +1,28 @@
 """The EC2 backend's pure half: its settings, the attempt's key, the user data an instance boots
-with, AWS's error codes and the interruption warning's shape (see :mod:`budgeteer.backends.ec2`)."""
+with and the ``RunInstances`` arguments, AWS's error codes, the interruption warning's shape and
+its queue, and an attempt's status from what EC2 and the agents say (see
+:mod:`budgeteer.backends.ec2`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
-from budgeteer.backends.base import Handle, LaunchFailed, LaunchRequest
+from budgeteer.backends.base import Handle, LaunchFailed, LaunchRequest, RunState, Status
 from budgeteer.core.spot.bids import bid_for
-from budgeteer.domain.offering import Offering
+from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
+
+log = logging.getLogger("budgeteer.backends.ec2")
 
 #: AWS error codes that mean "no room now" (try later or elsewhere).
 CAPACITY_CODES = frozenset(
@@ -110,6 +115,59 @@ class Ec2Settings:
             and self.image(offering) is not None
             and bool(self.subnets_for(offering))
         )
+
+
+def run_instances_args(
+    settings: Ec2Settings,
+    request: LaunchRequest,
+    namespace: str,
+    user_data: str,
+    spot_max_price: str | None,
+) -> dict[str, Any]:
+    """``RunInstances``' arguments for ``request`` (see :mod:`budgeteer.backends.ec2`; the
+    subnet is added per try): tagged with the deployment ``namespace`` and the attempt, whose
+    key makes the client token; ``spot_max_price`` is the ``MaxPrice`` of a spot launch
+    (``None``: AWS's cap, on-demand)."""
+    offering = request.offering
+    key = attempt_key(request, namespace)
+    tags = [
+        {"Key": "budgeteer:deployment", "Value": namespace},
+        {"Key": "budgeteer:job", "Value": request.job_id},
+        {"Key": "budgeteer:attempt", "Value": str(request.attempt)},
+        {"Key": "budgeteer:offering", "Value": offering.id},
+        {"Key": "Name", "Value": key},
+    ]
+    kwargs: dict[str, Any] = {
+        "ImageId": settings.image(offering),
+        "InstanceType": offering.instance_type,
+        "MinCount": request.instances,
+        "MaxCount": request.instances,
+        "UserData": user_data,
+        "ClientToken": key[-64:],
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ],
+    }
+    if settings.security_groups:
+        kwargs["SecurityGroupIds"] = list(settings.security_groups)
+    if settings.instance_profile:
+        profile = settings.instance_profile
+        kwargs["IamInstanceProfile"] = (
+            {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        )
+    if settings.key_name:
+        kwargs["KeyName"] = settings.key_name
+    if offering.market is Market.SPOT:
+        spot: dict[str, Any] = {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        }
+        if spot_max_price is not None:
+            spot["MaxPrice"] = spot_max_price
+        kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    return kwargs
 
 
 def attempt_key(request: LaunchRequest | Handle, namespace: str) -> str:
@@ -222,3 +280,105 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def attempt_status(
+    handle: Handle,
+    exits: Mapping[int, Mapping[str, Any]],
+    instances: Mapping[str, Mapping[str, Any]],
+    *,
+    stop_reason: str | None,
+    stop_at: datetime | None,
+    interrupted: bool,
+    grace_seconds: float,
+    now: datetime,
+) -> Status:
+    """An attempt's status from its agents' ``exits`` (by rank), what EC2 says of its
+    ``instances``, budgeteer's stop (``stop_reason`` at ``stop_at``) and whether the market
+    interrupted it (see :mod:`budgeteer.backends.ec2`)."""
+    started = handle.launched_at
+    notice = stop_reason
+    if len(exits) >= len(handle.instance_ids):
+        ended = max((parse_time(e.get("ended_at")) or now) for e in exits.values())
+        ended = min(max(ended, started), now)
+        codes = [int(exits[r].get("code", 1)) for r in sorted(exits)]
+        noticed = {e.get("notice") for e in exits.values()} - {None}
+        if not noticed and all(c == 0 for c in codes):
+            return Status(RunState.SUCCEEDED, 0, "", started, ended)
+        if interrupted or "interruption" in noticed:
+            return Status(RunState.PREEMPTED, codes[0], "spot interruption", started, ended)
+        if notice is not None:
+            return Status(RunState.STOPPED, codes[0], notice, started, ended)
+        bad = next((c for c in codes if c != 0), 1)
+        return Status(RunState.FAILED, bad, f"exit code {bad}", started, ended)
+    gone = {
+        iid: x
+        for iid, x in instances.items()
+        if x.get("State", {}).get("Name") in {"shutting-down", "terminated", "stopped"}
+    }
+    missing = [i for i in handle.instance_ids if i not in instances]
+    if gone or missing:
+        if interrupted:
+            return Status(RunState.PREEMPTED, None, "spot interruption", started, now)
+        if notice is not None:
+            return Status(RunState.STOPPED, None, notice, started, now)
+        why = ", ".join(f"{i}: {state_reason(x) or 'terminated'}" for i, x in sorted(gone.items()))
+        if missing:
+            why = ", ".join(filter(None, [why, f"{', '.join(missing)}: unknown to EC2"]))
+        return Status(RunState.FAILED, None, f"instance ended: {why}", started, now)
+    if (
+        notice is not None
+        and stop_at is not None
+        and now - stop_at >= timedelta(seconds=grace_seconds)
+    ):
+        state = RunState.PREEMPTED if interrupted else RunState.STOPPED
+        reason = "spot interruption" if interrupted else notice
+        return Status(state, None, f"{reason} (killed after the grace)", started, now)
+    states = {x.get("State", {}).get("Name") for x in instances.values()}
+    if states == {"running"}:
+        return Status(RunState.RUNNING, None, "", started)
+    return Status(RunState.PROVISIONING, None, "", None)
+
+
+def attempt_started(instance: Mapping[str, Any]) -> datetime:
+    """When an instance began its current attempt: ``budgeteer:taken`` (a warm instance
+    given the attempt), else its launch."""
+    tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags", [])}
+    taken = parse_time(tags.get("budgeteer:taken"))
+    return taken if taken is not None else as_utc(instance["LaunchTime"])
+
+
+class InterruptionQueue:
+    """The SQS queue EventBridge delivers AWS's interruption warnings to (``url``; ``None``:
+    none configured): :meth:`read` drains it at most once a second; the instances warned of
+    gather in :attr:`warned`."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.warned: set[str] = set()
+        self._read = datetime.min.replace(tzinfo=UTC)
+
+    def read(self, call: Callable[..., Any], ours: set[str], now: datetime) -> None:
+        """Read the queue with the backend's ``call``: warnings for ``ours`` are remembered
+        and deleted; malformed messages are deleted with a warning; others' are left for
+        their owner."""
+        url = self.url
+        if url is None or (now - self._read).total_seconds() < QUEUE_POLL_SECONDS:
+            return
+        self._read = now
+        for _ in range(10):  # at most 100 messages a read
+            reply = call(
+                "sqs", "receive_message", QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            )
+            messages = reply.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                instance = warned_instance(message.get("Body", ""))
+                if instance is None:
+                    log.warning("dropping a malformed interruption message: %.200s", message)
+                elif instance not in ours:
+                    continue
+                else:
+                    self.warned.add(instance)
+                call("sqs", "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])

@@ -19,7 +19,7 @@ no start-up; an idle instance is given back when :func:`~budgeteer.core.pools.si
 so (past the pool's ``idle_timeout``, above its ``min``), when the market takes a warm spot
 instance, or to make room for a fresh launch. Each idle stretch is handed to the scheduler
 (:meth:`SandboxBackend.take_idle`), which bills it to the attempt that left the instance warm.
-The warm instances are :mod:`budgeteer.backends.sandbox_pools`' (kept in
+The warm instances are :mod:`budgeteer.backends.warm`'s (kept in
 ``workdir/pools.json``: a sandbox restarted on the same ``workdir``, given the catalog's
 ``offerings``, takes them back still warm, their idle time billed on from where it was).
 
@@ -62,7 +62,7 @@ from budgeteer.backends.jobuser import (
     prepare_private_folder,
 )
 from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
-from budgeteer.backends.sandbox_pools import WarmInstances
+from budgeteer.backends.warm import FileDoc, WarmInstances
 from budgeteer.clock import Clock
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
@@ -112,7 +112,7 @@ class SandboxBackend(MarketPrices):
         self.pass_env = pass_env
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
-        self._pools = WarmInstances(pools or {}, workdir / "pools.json")
+        self._pools = WarmInstances(pools or {}, FileDoc(workdir / "pools.json"))
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
         self._pools.restore({o.id: o for o in offerings}, clock.now())
 
@@ -124,7 +124,7 @@ class SandboxBackend(MarketPrices):
             self._advance()
             offering = request.offering
             now = self.clock.now()
-            reused = self._pools.take(offering.id, request.instances, now)
+            reused = self._pools.take(offering.id, request.instances, request.taken_at(now))
             warm = reused is not None
             in_use = sum(
                 a.request.instances
@@ -289,6 +289,7 @@ class SandboxBackend(MarketPrices):
             return
         with self._lock:  # what the loop's reconcile saw: ends noticed later go next cycle
             self._pools.release(self._busy, self.clock.now())
+            self._pools.take_released()  # a sandbox instance ends when it is given back
 
     def _busy(self, offering_id: str) -> int:
         return sum(

@@ -83,6 +83,7 @@ class Launcher:
             workers=attempt.workers,
             env=self.job_env(job.id) if self.job_env else {},
             tier=job.tier,
+            billed_from=attempt.started_at,
         )
 
     def retry_after(self, job_id: str, failures: int, at: datetime) -> float:

@@ -223,6 +223,7 @@ class Service:
             {o.id: o for o in offerings},
             # one account may serve several budgeteer deployments: their tags must not meet
             namespace=self.namespace(),
+            pools=pool_settings(self.config.pools, offerings),
         )
         return backend, dataclasses.replace(self.catalog, offerings=offerings)
 

@@ -1,5 +1,6 @@
-"""The sandbox's pools: the instances attempts left warm on pooled offerings, their idle time
-handed out for billing, and both kept on disk so a restarted sandbox takes them back.
+"""A backend's pools: the instances attempts left warm on pooled offerings, their idle time
+handed out for billing, and both kept (a file for the sandbox, an S3 object for EC2) so a
+restarted backend takes them back.
 
 An attempt that ends on a pooled offering, unless the market took it, leaves its instances warm
 — idle, still holding the offering's capacity, each with its id (the attempt that takes it next
@@ -11,9 +12,11 @@ IdleTime`, billed by the scheduler to the attempt that left the instance warm; t
 one attempt left warm are billed together, stretch by stretch, as each of them stops idling —
 so no two ledger entries of that attempt start at the same time.
 
-The warm instances and the stretches not yet handed out are kept in ``pools.json`` (written
-whole, then renamed: a crash leaves the old file or the new one). Not thread-safe: the sandbox
-calls it under its own lock.
+The warm instances and the stretches not yet handed out are kept in a :class:`StateDoc` —
+``pools.json`` in the sandbox's workdir (written whole, then renamed: a crash leaves the old
+file or the new one), an S3 object for EC2 (a put replaces it whole). The ids of instances given
+back are collected for a backend that must end them itself (:meth:`WarmInstances.
+take_released`: EC2 terminates them). Not thread-safe: the backend calls it under its own lock.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from budgeteer.backends.base import IdleTime
 from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
@@ -32,9 +36,49 @@ from budgeteer.domain.offering import Offering
 from budgeteer.errors import BudgeteerError
 
 
-class SandboxStateError(BudgeteerError):
-    """The sandbox's kept state (``workdir``) cannot be read back (the file and what is
-    wrong named); nothing is guessed, so no idle time goes unbilled."""
+class PoolStateError(BudgeteerError):
+    """A backend's kept pool state cannot be read back (where it is and what is wrong named);
+    nothing is guessed, so no idle time goes unbilled."""
+
+
+class StateDoc(Protocol):
+    """Where the pools' state is kept: one document, read whole and replaced whole."""
+
+    @property
+    def where(self) -> str:
+        """Where it is, for messages (a path, an ``s3://`` URL)."""
+        ...
+
+    def read(self) -> str | None:
+        """The document, or ``None`` when there is none yet."""
+        ...
+
+    def write(self, text: str) -> None:
+        """Replace the document with ``text`` (all or nothing)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileDoc:
+    """A :class:`StateDoc` in a local file, replaced by a rename."""
+
+    path: Path
+
+    @property
+    def where(self) -> str:
+        """The file's path."""
+        return str(self.path)
+
+    def read(self) -> str | None:
+        """The file's text, or ``None`` when it does not exist."""
+        return self.path.read_text() if self.path.exists() else None
+
+    def write(self, text: str) -> None:
+        """Write a sibling, then rename it over the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.path)
 
 
 @dataclass(eq=False, slots=True)
@@ -54,11 +98,12 @@ class WarmInstances:
     """The pooled offerings' warm instances (see the module docstring). ``settings``: offering
     id → its pool; empty, nothing is kept and nothing is written."""
 
-    def __init__(self, settings: Mapping[str, PoolSettings], path: Path) -> None:
+    def __init__(self, settings: Mapping[str, PoolSettings], doc: StateDoc) -> None:
         self.settings = dict(settings)
-        self.path = path
+        self.doc = doc
         self._warm: dict[str, list[_Warm]] = {}  # idle instances by offering id
         self._idle: list[IdleTime] = []  # idle stretches ended, not yet handed out
+        self._released: list[str] = []  # ids of instances given back, not yet handed out
 
     def counts(self) -> dict[str, int]:
         """Warm instances by pooled offering (those with any)."""
@@ -69,6 +114,23 @@ class WarmInstances:
         not pooled, or no ``max``)."""
         settings = self.settings.get(offering_id)
         return None if settings is None else settings.maximum
+
+    def take_released(self) -> list[str]:
+        """The ids of the instances given back since the last call (each handed out once)."""
+        taken, self._released = self._released, []
+        return taken
+
+    def instance_ids(self) -> dict[str, str]:
+        """Every warm instance's id → its offering's id."""
+        return {w.instance_id: oid for oid, idle in self._warm.items() for w in idle}
+
+    def lost(self, instance_ids: set[str], now: datetime) -> None:
+        """These warm instances are gone (the market or someone else ended them): billed up
+        to ``now``, never taken again."""
+        for idle in self._warm.values():
+            for w in [w for w in idle if w.instance_id in instance_ids]:
+                self._end_idle(w, now)
+        self.save()
 
     def held(self, offering_id: str) -> int:
         """Instances of ``offering_id`` idling warm now."""
@@ -130,6 +192,7 @@ class WarmInstances:
 
     def _give_back(self, w: _Warm, at: datetime) -> None:
         self._end_idle(w, at)
+        self._released.append(w.instance_id)
         self.save()
 
     def _end_idle(self, w: _Warm, at: datetime) -> None:
@@ -151,7 +214,7 @@ class WarmInstances:
 
     # -- on disk ----------------------------------------------------------------------------
     def save(self) -> None:
-        """Keep the warm instances and the stretches not yet handed out in ``path``."""
+        """Keep the warm instances and the stretches not yet handed out in the document."""
         if not self.settings:
             return
         doc = {
@@ -179,19 +242,19 @@ class WarmInstances:
                 for i in self._idle
             ],
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.path)
+        self.doc.write(json.dumps(doc))
 
     def restore(self, offerings: Mapping[str, Offering], now: datetime) -> None:
-        """Take back what a previous sandbox left in ``path``: its warm instances stay warm
-        (their idle time goes on being billed from where it was), and an instance of an
+        """Take back what a previous backend left in the document: its warm instances stay
+        warm (their idle time goes on being billed from where it was), and an instance of an
         offering that is no longer pooled is given back ``now`` (billed until then)."""
-        if not self.settings or not self.path.exists():
+        if not self.settings:
             return
         try:
-            doc = json.loads(self.path.read_text())
+            text = self.doc.read()
+            if text is None:
+                return
+            doc = json.loads(text)
             idle = [
                 IdleTime(
                     str(i["offering_id"]),
@@ -215,13 +278,14 @@ class WarmInstances:
                 for w in doc["warm"]
             ]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SandboxStateError(f"{self.path}: cannot read the pools' state: {exc}") from exc
+            raise PoolStateError(f"{self.doc.where}: cannot read the pools' state: {exc}") from exc
         self._idle = idle
         gone: Counter[tuple[str, datetime, str, int]] = Counter()
         for oid, since, job_id, attempt, iid, billed in warm:
             offering = offerings.get(oid)
             if offering is None or oid not in self.settings:
                 gone[oid, billed, job_id, attempt] += 1  # no longer pooled: given back now
+                self._released.append(iid)
                 continue
             self._warm.setdefault(oid, []).append(
                 _Warm(since, offering, job_id, attempt, iid, billed)

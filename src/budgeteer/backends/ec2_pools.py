@@ -1,0 +1,279 @@
+"""The EC2 backend's pools: instances kept running between attempts on pooled offerings.
+
+A pooled offering's instances boot with a job-less bootstrap (:func:`render_pool_user_data`):
+the agent waits for work in S3 (``PREFIX/DEPLOYMENT/instances/INSTANCE_ID/next.json``, see
+:class:`~budgeteer.backends.ec2_agent.Assignment`). Every attempt on a pooled offering — on
+instances just launched or on warm ones — is handed out that way, one assignment per instance
+(its rank), and the instances are tagged with the attempt (``budgeteer:job``,
+``budgeteer:attempt``, ``budgeteer:taken``: a restarted backend re-attaches by them).
+
+When such an attempt ends with every agent's exit written and the market not in it (not a
+spot interruption), its instances stay running, warm (:class:`~budgeteer.backends.warm.
+WarmInstances`): the next launch there that fits in them is an assignment, not a
+``RunInstances`` — no boot, no image pulled again, the data the last job left on the disk still
+there. An instance is given back — ``release`` put in its mailbox and ``TerminateInstances`` —
+when the pool's sizing says so (idle past ``idle_timeout`` above ``min``), to make room under
+the pool's ``max`` for a fresh launch, or when it was found gone (terminated by the market or
+someone else: billed until seen, never taken again). Idle time is billed as in the sandbox: to
+the attempt that left the instance warm. The warm instances and idle stretches not yet billed
+live in S3 (``PREFIX/DEPLOYMENT/pools.json``), read back by a restarted backend.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
+from budgeteer.backends.ec2_launch import MAX_USER_DATA, Ec2Settings, attempt_key, client_error
+from budgeteer.backends.warm import WarmInstances
+from budgeteer.core.pools import PoolSettings
+from budgeteer.domain.offering import Offering
+
+#: How long a pooled instance's agent waits with nothing to run before it leaves on its own
+#: (the scheduler gives instances back long before; this is for a scheduler gone for good).
+WARM_LIMIT_SECONDS = 6 * 3600.0
+
+
+def root(settings: Ec2Settings, namespace: str) -> str:
+    """The deployment's S3 prefix."""
+    return f"{settings.prefix.strip('/')}/{namespace}"
+
+
+def render_pool_user_data(settings: Ec2Settings, namespace: str, warm_limit: float) -> str:
+    """A pooled instance's bootstrap: the agent waiting for its jobs (no job in it)."""
+    agent = [
+        settings.python,
+        "-m",
+        "budgeteer.backends.ec2_agent",
+        "--bucket",
+        settings.bucket,
+        "--pool-prefix",
+        f"{root(settings, namespace)}/instances",
+        "--warm-limit",
+        f"{warm_limit:g}",
+        "--workdir",
+        settings.instance_workdir,
+        "--grace",
+        f"{settings.grace_seconds:g}",
+        "--poll",
+        f"{settings.poll_seconds:g}",
+        "--sync",
+        f"{settings.sync_seconds:g}",
+    ]
+    if settings.shutdown:
+        agent.append("--shutdown")
+    lines = [
+        "#!/bin/bash",
+        f"# budgeteer: a pooled instance of deployment {namespace}",
+        "set -eu",
+        f"export AWS_DEFAULT_REGION={shlex.quote(settings.region)}",
+        "exec " + shlex.join(agent),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def assignment(
+    settings: Ec2Settings, namespace: str, request: LaunchRequest, rank: int
+) -> dict[str, Any]:
+    """What the agent of rank ``rank`` runs for ``request`` (see the agent's
+    :class:`~budgeteer.backends.ec2_agent.Assignment`)."""
+    base = root(settings, namespace)
+    return {
+        "attempt_prefix": f"{base}/attempts/{attempt_key(request, namespace)}",
+        "checkpoint_prefix": f"{base}/checkpoints/{request.job_id}",
+        "nodes": request.instances,
+        "rank": rank,
+        "env": job_variables(request),
+        "command": list(request.command),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class S3Doc:
+    """The pools' state as one S3 object (a put replaces it whole)."""
+
+    call: Callable[..., Any]
+    bucket: str
+    key: str
+
+    @property
+    def where(self) -> str:
+        """``s3://bucket/key``."""
+        return f"s3://{self.bucket}/{self.key}"
+
+    def read(self) -> str | None:
+        """The object's text, or ``None`` when there is none."""
+        try:
+            reply = self.call("s3", "get_object", Bucket=self.bucket, Key=self.key)
+        except Exception as exc:
+            code = client_error(exc)
+            if code is not None and code[0] in {"NoSuchKey", "404"}:
+                return None
+            raise
+        return str(reply["Body"].read().decode("utf-8"))
+
+    def write(self, text: str) -> None:
+        """Put the object."""
+        self.call("s3", "put_object", Bucket=self.bucket, Key=self.key, Body=text.encode())
+
+
+class Ec2Pools:
+    """The warm instances of the EC2 backend's pooled offerings (see the module docstring);
+    ``call``: the backend's AWS call (its errors and retries), ``terminate``: how it ends
+    instances. Thread-safe (its own lock; AWS is called outside it)."""
+
+    def __init__(
+        self,
+        settings: Ec2Settings,
+        namespace: str,
+        pools: Mapping[str, PoolSettings],
+        offerings: Mapping[str, Offering],
+        call: Callable[..., Any],
+        terminate: Callable[[tuple[str, ...]], None],
+    ) -> None:
+        self.ec2 = settings
+        self.namespace = namespace
+        self.settings = dict(pools)
+        self.offerings = offerings
+        self.call = call
+        self.terminate = terminate
+        doc = S3Doc(call, settings.bucket, f"{root(settings, namespace)}/pools.json")
+        self._warm = WarmInstances(pools, doc)
+        self._restored = False
+        self._lock = threading.Lock()
+
+    def pooled(self, offering_id: str) -> bool:
+        """Whether the offering keeps its instances warm."""
+        return offering_id in self.settings
+
+    def _ready(self, now: datetime) -> WarmInstances:
+        """The warm instances, read back from S3 on first use (a restarted backend); under
+        the lock."""
+        if not self._restored:
+            self._warm.restore(self.offerings, now)
+            self._restored = True
+        return self._warm
+
+    def counts(self) -> dict[str, int]:
+        """Warm instances by pooled offering."""
+        if not self.settings:
+            return {}
+        with self._lock:
+            return self._ready(datetime.now(UTC)).counts()
+
+    def warm_ids(self) -> set[str]:
+        """The ids of every warm instance."""
+        if not self.settings:
+            return set()
+        with self._lock:
+            return set(self._ready(datetime.now(UTC)).instance_ids())
+
+    def take_idle(self) -> list[IdleTime]:
+        """The idle stretches ended since the last call."""
+        if not self.settings:
+            return []
+        with self._lock:
+            return self._ready(datetime.now(UTC)).take_billed()
+
+    def user_data(self) -> str:
+        """The bootstrap of a pooled offering's new instances."""
+        script = render_pool_user_data(self.ec2, self.namespace, WARM_LIMIT_SECONDS)
+        if len(script.encode()) > MAX_USER_DATA:  # pragma: no cover - a fixed, short script
+            raise LaunchFailed("the pooled bootstrap is beyond 16 KB")
+        return script
+
+    def take(self, request: LaunchRequest, now: datetime) -> tuple[str, ...] | None:
+        """``request``'s job given to warm instances of its offering (their ids), or ``None``
+        when the pool has not that many."""
+        with self._lock:
+            ids = self._ready(now).take(request.offering.id, request.instances, now)
+        if ids is None:
+            return None
+        try:
+            self._assign(ids, request, now)
+        except Exception:
+            self._end(ids)  # they may hold half an assignment: not warm any more
+            raise
+        return ids
+
+    def launched(self, ids: tuple[str, ...], request: LaunchRequest, now: datetime) -> None:
+        """Fresh instances of a pooled offering: give them ``request``'s job (terminated
+        when that fails: nothing would ever run on them)."""
+        try:
+            self._assign(ids, request, now)
+        except Exception:
+            self.terminate(ids)
+            raise
+
+    def left(self, offering: Offering, handle: Handle, at: datetime) -> None:
+        """The attempt ended at ``at`` with its instances still running: they go warm."""
+        with self._lock:
+            self._ready(at).left(offering, handle.job_id, handle.attempt, handle.instance_ids, at)
+
+    def make_room(self, offering_id: str, short: int, now: datetime) -> None:
+        """Give back up to ``short`` + the pool's warm instances beyond what a launch leaves
+        room for (``short``: busy + asked − the limit)."""
+        with self._lock:
+            warm = self._ready(now)
+            warm.make_room(offering_id, short + warm.held(offering_id), now)
+        self._end(())
+
+    def release_idle(self, busy: Mapping[str, int], lost: set[str], now: datetime) -> None:
+        """Drop the ``lost`` warm instances (billed until ``now``) and give back what each
+        pool's sizing releases (``busy``: instances running attempts, by offering)."""
+        with self._lock:
+            warm = self._ready(now)
+            if lost:
+                warm.lost(lost, now)
+            warm.release(lambda oid: busy.get(oid, 0), now)
+        self._end(())
+
+    def _end(self, ids: tuple[str, ...]) -> None:
+        """End ``ids`` and every instance the pools gave back: ``release`` in each mailbox
+        (its agent leaves), then terminate."""
+        with self._lock:
+            ended = tuple(dict.fromkeys([*ids, *self._warm.take_released()]))
+        if not ended:
+            return
+        base = root(self.ec2, self.namespace)
+        for iid in ended:
+            self.call(
+                "s3",
+                "put_object",
+                Bucket=self.ec2.bucket,
+                Key=f"{base}/instances/{iid}/release",
+                Body=b"1",
+            )
+        self.terminate(ended)
+
+    def _assign(self, ids: Sequence[str], request: LaunchRequest, now: datetime) -> None:
+        """Give ``request``'s job to the instances ``ids`` (rank by order) and tag them with
+        its attempt."""
+        base = root(self.ec2, self.namespace)
+        key = attempt_key(request, self.namespace)
+        self.call(
+            "ec2",
+            "create_tags",
+            Resources=list(ids),
+            Tags=[
+                {"Key": "budgeteer:job", "Value": request.job_id},
+                {"Key": "budgeteer:attempt", "Value": str(request.attempt)},
+                {"Key": "budgeteer:taken", "Value": now.isoformat()},
+                {"Key": "Name", "Value": key},
+            ],
+        )
+        for rank, iid in enumerate(ids):
+            doc = assignment(self.ec2, self.namespace, request, rank)
+            self.call(
+                "s3",
+                "put_object",
+                Bucket=self.ec2.bucket,
+                Key=f"{base}/instances/{iid}/next.json",
+                Body=json.dumps(doc).encode(),
+            )
