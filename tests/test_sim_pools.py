@@ -24,7 +24,7 @@ from budgeteer.domain.job import Job
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError, SpecErrors
-from budgeteer.ledger.billing import amount_usd
+from budgeteer.ledger.billing import amount_usd, is_idle
 from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.sim.scenario import build
 from budgeteer.sim.schema import load_scenario
@@ -76,9 +76,20 @@ def _run(
 
 
 def _total(run: SimRun) -> Decimal:
-    return sum((e.amount_usd for e in run.store.ledger()), Decimal(0)) + sum(
-        (i.amount_usd for i in run.backend.idle), Decimal(0)
-    )
+    """What the ledger billed — the attempts and, as in the service, the pools' idle time —
+    after checking that its idle part is the simulator's own per-instance idle stretches, to
+    rounding, each billed to an attempt that had ended by then."""
+    ledger = run.store.ledger()
+    idle = [e for e in ledger if is_idle(e)]
+    ended = {a.id: a.ended_at for a in run.store.attempts()}
+    for e in idle:
+        end = ended[e.attempt_id]
+        assert end is not None
+        assert end <= e.start  # the attempt that left the instance warm pays
+    billed = sum((e.amount_usd for e in idle), Decimal(0))
+    stretches = sum((i.amount_usd for i in run.backend.idle), Decimal(0))
+    assert abs(billed - stretches) <= (len(idle) + len(run.backend.idle)) * Decimal("0.5e-8")
+    return sum((e.amount_usd for e in ledger), Decimal(0))
 
 
 def test_the_next_job_starts_on_the_warm_instance_and_the_idle_time_is_billed() -> None:
@@ -99,7 +110,7 @@ def test_the_next_job_starts_on_the_warm_instance_and_the_idle_time_is_billed() 
     # after b, idle for the timeout, then given back
     assert (after.start, after.end) == (b.ended_at, b.ended_at + timedelta(minutes=10))
     # the one instance was billed from a's launch until it was given back, no gap nor overlap
-    entries = len(run.store.ledger()) + len(run.backend.idle)  # each rounded to 1e-8 USD
+    entries = len(run.store.ledger())  # each rounded to 1e-8 USD
     whole = amount_usd(Decimal(2), 1, a.started_at, after.end)
     assert abs(_total(run) - whole) <= entries * Decimal("0.5e-8")
     assert _total(run).quantize(Decimal("0.01")) == whole.quantize(Decimal("0.01"))
@@ -231,6 +242,33 @@ def test_a_scenario_with_a_bad_pool_names_it(
     assert any(e.field == field and problem in e.problem for e in found), found
 
 
+def test_idle_goes_to_the_ledger_stretch_by_stretch_and_to_the_end_of_the_simulation() -> None:
+    """A two-instance job leaves both warm; a one-instance job takes one; the simulation ends
+    with the other still idle. The ledger (as the service bills it) has the two together, then
+    the one left, up to the end — nothing lost to an entry sharing its attempt and start."""
+    a = dataclasses.replace(make_job("a", hours=0.2, spot=False, workers=(2, 2)), submitted_at=T0)
+    b = dataclasses.replace(_job("b", 30, 1), submitted_at=T0 + timedelta(minutes=30))
+    end = T0 + timedelta(hours=2)
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in (a, b)],
+        _catalog(),
+        TraceMarket(np.ones(500, bool), 60, T0, prices=np.full(500, 2.0), source="trace"),
+        start=T0,
+        end=end,
+        pools={OD: PoolSettings(OD, 0, 4, 3600 * 5, 120)},
+        cycle_seconds=60,
+    )
+    [att_a], [att_b] = run.store.attempts("a"), run.store.attempts("b")
+    assert att_a.instances == 2
+    assert att_a.ended_at is not None
+    assert att_b.instance_ids[0] in att_a.instance_ids  # b took one of a's warm instances
+    idle = sorted(
+        ((e.start, e.end, e.instances) for e in run.store.ledger("a") if is_idle(e)),
+    )
+    assert idle == [(att_a.ended_at, att_b.started_at, 2), (att_b.started_at, end, 1)]
+    _total(run)  # the ledger's idle is the simulator's own stretches
+
+
 # -- properties: one instance, one job at a time; its whole life billed once --------------------
 
 
@@ -282,7 +320,7 @@ def test_each_instance_runs_one_job_at_a_time_and_is_billed_once_to_the_cent(
         for (_, end, _), (start, _, _) in itertools.pairwise(spans):
             assert start == end, spans  # no two at once, and no unbilled gap between
         whole += amount_usd(Decimal(2), 1, spans[0][0], spans[-1][1])
-    pieces = len(run.store.ledger()) + len(run.backend.idle)  # each rounded to 1e-8 USD
+    pieces = len(run.store.ledger())  # each rounded to 1e-8 USD
     assert abs(_total(run) - whole) <= pieces * Decimal("0.5e-8")
     assert _total(run).quantize(Decimal("0.01")) == whole.quantize(Decimal("0.01"))
     if maximum is not None:  # the pool never held more than its max at once

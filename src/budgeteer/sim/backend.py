@@ -19,10 +19,12 @@ Pools (``pools``, with the policy's ``use_pools``): an attempt that ends on an o
 pool leaves its instances warm (idle, still holding the offering's capacity) unless the market
 took them; the next launch there that fits in the warm instances starts on them at once, with
 no start-up, and keeps the instances' ids (one instance, one id, however many jobs ran on it).
-An idle instance is billed while it idles — :attr:`SimBackend.idle` keeps each
-idle stretch with its price, so the instance time billed is the attempts' plus the idle, to the
-cent — and is given back when :func:`~budgeteer.core.pools.size_pool` says so (idle past the
-pool's ``idle_timeout`` and above its ``min``), or when the market takes a warm spot instance.
+An idle instance is billed while it idles — as in the service, the scheduler bills its idle time
+(:meth:`SimBackend.take_idle`) into the ledger, to the attempt that left it warm, so the budgets
+see it; :attr:`SimBackend.idle` keeps each instance's idle stretches with their prices beside
+(the instance time billed is the attempts' plus the idle, to the cent) — and is given back when
+:func:`~budgeteer.core.pools.size_pool` says so (idle past the pool's ``idle_timeout`` and
+above its ``min``), or when the market takes a warm spot instance.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from budgeteer.backends.base import (
     Capabilities,
     CapacityUnavailable,
     Handle,
+    IdleTime,
     LaunchFailed,
     LaunchRequest,
     RunState,
@@ -96,24 +99,34 @@ class IdleStretch:
         return (self.end - self.start).total_seconds() / 3600
 
 
+@dataclass(eq=False, slots=True)
+class _Idle:
+    """One idle pooled instance: since when, its id (an attempt that takes it keeps the id:
+    one instance, one id, however many jobs), the attempt whose end left it warm (whose
+    ledger pays for its idle time) and until when that time went to the ledger."""
+
+    since: datetime
+    instance_id: str
+    job_id: str
+    attempt: int
+    billed_from: datetime
+
+
 @dataclass
 class _Warm:
-    """A pool's idle instances: when each became idle, and its id (an attempt that takes it
-    keeps the id: one instance, one id, however many jobs)."""
+    """A pool's idle instances."""
 
     settings: PoolSettings
-    idle: list[tuple[datetime, str]] = field(default_factory=list)
+    idle: list[_Idle] = field(default_factory=list)
 
     @property
     def idle_since(self) -> list[datetime]:
         """When each idle instance became idle."""
-        return [since for since, _ in self.idle]
+        return [i.since for i in self.idle]
 
-    def take(self, since: datetime) -> tuple[datetime, str]:
-        """Remove the (first) idle instance idle since ``since``."""
-        item = next(i for i in self.idle if i[0] == since)
-        self.idle.remove(item)
-        return item
+    def first_since(self, since: datetime) -> _Idle:
+        """The (first) idle instance idle since ``since``."""
+        return next(i for i in self.idle if i.since == since)
 
 
 class SimBackend(MarketPrices):
@@ -151,7 +164,8 @@ class SimBackend(MarketPrices):
         self.fails = fails  # jobs that exit non-zero when their work is done (a failed gate)
         use = self.policy.use_pools
         self._pools = {oid: _Warm(p) for oid, p in (pools or {}).items()} if use else {}
-        self.idle: list[IdleStretch] = []  # the pools' idle stretches, billed
+        self.idle: list[IdleStretch] = []  # the pools' idle stretches, per instance
+        self._to_bill: list[IdleTime] = []  # idle time for the ledger, not yet handed out
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
 
     # -- the port -------------------------------------------------------------------------
@@ -338,7 +352,10 @@ class SimBackend(MarketPrices):
         pool = self._pools.get(oid)
         if pool is not None and not run.preempted:
             now = self.kernel.now
-            pool.idle += [(now, iid) for iid in run.handle.instance_ids]
+            req = run.request
+            pool.idle += [
+                _Idle(now, i, req.job_id, req.attempt, now) for i in run.handle.instance_ids
+            ]
             timeout = pool.settings.idle_timeout_seconds
             # after the cycle of the same instant: a job batched behind this one takes the
             # instance first, even with a timeout of 0
@@ -361,6 +378,16 @@ class SimBackend(MarketPrices):
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         return {oid: len(p.idle) for oid, p in self._pools.items() if p.idle}
 
+    def take_idle(self) -> list[IdleTime]:
+        """See :class:`~budgeteer.backends.base.IdleBilling`: the idle time that ended since
+        the last call, for the scheduler to bill into the ledger as the service does."""
+        taken, self._to_bill = self._to_bill, []
+        return taken
+
+    def release_idle(self) -> None:
+        """See :class:`~budgeteer.backends.base.IdleBilling`: nothing to do at a cycle's end —
+        the simulation gives instances back at the very moment their pool's sizing says."""
+
     def _reusable(
         self, offering: Offering, instances: int, now: datetime
     ) -> tuple[str, ...] | None:
@@ -373,12 +400,11 @@ class SimBackend(MarketPrices):
         self._drop_revoked(offering, pool, now)
         if len(pool.idle) < instances:
             return None
-        pool.idle.sort(key=lambda i: i[0])  # stable: among equal times, the order they came
+        pool.idle.sort(key=lambda i: i.since)  # stable: among equal times, the order they came
         taken = pool.idle[-instances:]
-        for since, iid in taken:
-            self._bill_idle(offering, since, now, iid)
-        del pool.idle[-instances:]
-        return tuple(iid for _, iid in taken)
+        for idle in taken:
+            self._stop_idling(offering, pool, idle, now)
+        return tuple(i.instance_id for i in taken)
 
     def _make_room(self, offering: Offering, short: int, now: datetime) -> int:
         """Give back up to ``short`` idle instances (longest idle first) so a fresh launch fits
@@ -386,11 +412,10 @@ class SimBackend(MarketPrices):
         pool = self._pools.get(offering.id)
         if pool is None:
             return 0
-        pool.idle.sort(key=lambda i: i[0])
+        pool.idle.sort(key=lambda i: i.since)
         freed = pool.idle[:short]
-        del pool.idle[: len(freed)]
-        for since, iid in freed:
-            self._give_back(offering, since, iid, until=now)
+        for idle in freed:
+            self._give_back(offering, pool, idle, until=now)
         return len(freed)
 
     def _trim(self, offering: Offering) -> None:
@@ -402,23 +427,40 @@ class SimBackend(MarketPrices):
         busy = self._in_use.get(offering.id, 0) - idle
         plan = size_pool(pool.settings, PoolState(busy, tuple(pool.idle_since)), Demand(), now)
         for since in plan.release:
-            self._give_back(offering, *pool.take(since), until=now)
+            self._give_back(offering, pool, pool.first_since(since), until=now)
 
     def _drop_revoked(self, offering: Offering, pool: _Warm, now: datetime) -> None:
         """Warm spot (or lent on-prem) instances the market took back since they went idle."""
         if offering.market not in REVOCABLE:
             return
-        for since, iid in list(pool.idle):
-            taken = self._next_revocation(offering, since, now)
+        for idle in list(pool.idle):
+            taken = self._next_revocation(offering, idle.since, now)
             if taken is not None:
-                pool.idle.remove((since, iid))
-                self._give_back(offering, since, iid, until=taken)
+                self._give_back(offering, pool, idle, until=taken)
 
-    def _give_back(
-        self, offering: Offering, since: datetime, instance_id: str, *, until: datetime
-    ) -> None:
-        self._bill_idle(offering, since, until, instance_id)
+    def _give_back(self, offering: Offering, pool: _Warm, idle: _Idle, *, until: datetime) -> None:
+        self._stop_idling(offering, pool, idle, until)
         self._in_use[offering.id] = self._in_use.get(offering.id, 0) - 1
+
+    def _stop_idling(self, offering: Offering, pool: _Warm, idle: _Idle, at: datetime) -> None:
+        """``idle`` leaves the pool's idle instances at ``at``: its stretch is kept (per
+        instance), and the ledger's share — it and every instance the same attempt left warm
+        that still idles, billed together up to ``at`` (as the sandbox and EC2 do: one entry
+        per stretch, so none shares its attempt and start with another) — queued for
+        :meth:`take_idle`."""
+        group = [
+            i
+            for i in pool.idle
+            if (i.job_id, i.attempt, i.billed_from) == (idle.job_id, idle.attempt, idle.billed_from)
+        ]
+        pool.idle.remove(idle)
+        self._bill_idle(offering, idle.since, at, idle.instance_id)
+        if at > idle.billed_from:
+            self._to_bill.append(
+                IdleTime(offering.id, idle.billed_from, at, idle.job_id, idle.attempt, len(group))
+            )
+            for i in group:
+                i.billed_from = at
 
     def _bill_idle(
         self, offering: Offering, start: datetime, end: datetime, instance_id: str
@@ -440,9 +482,8 @@ class SimBackend(MarketPrices):
             if offering is None:
                 continue
             self._drop_revoked(offering, pool, at)
-            for since, iid in pool.idle:
-                self._give_back(offering, since, iid, until=at)
-            pool.idle.clear()
+            for idle in list(pool.idle):
+                self._give_back(offering, pool, idle, until=at)
 
     def _cancel_pending(self, run: _Run) -> None:
         for event in run.events:

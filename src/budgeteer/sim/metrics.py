@@ -32,6 +32,7 @@ from budgeteer.domain.job import JobState
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.ledger.accounting import OnDemandPrices, job_cost
+from budgeteer.ledger.billing import is_idle
 from budgeteer.sim.run import SimRun
 from budgeteer.sim.scenario import Built
 
@@ -51,11 +52,10 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
         by_job_att[a.job_id].append(a)
     by_job_led: dict[str, list[Any]] = defaultdict(list)
     for e in ledger:
-        by_job_led[e.job_id].append(e)
-    # the ledger's attempts plus the pools' idle instances (billed while they idle)
-    cost = sum((e.amount_usd for e in ledger), ZERO) + sum(
-        (i.amount_usd for i in run.backend.idle), ZERO
-    )
+        if not is_idle(e):  # a job's own time (its pool's idle after it counts in the cost)
+            by_job_led[e.job_id].append(e)
+    # the ledger: the attempts' time and the pools' idle instances (billed while they idle)
+    cost = sum((e.amount_usd for e in ledger), ZERO)
     equivalent = sum(
         (
             job_cost(by_job_att[j], es, prices).on_demand_equivalent_usd
@@ -92,7 +92,9 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
                     (
                         e.amount_usd / e.usd_per_hour
                         for e in ledger
-                        if e.usd_per_hour and markets.get(e.attempt_id) == "on_demand"
+                        if e.usd_per_hour
+                        and markets.get(e.attempt_id) == "on_demand"
+                        and not is_idle(e)  # idle hours are counted apart
                     ),
                     ZERO,
                 )
@@ -111,6 +113,7 @@ def _startups(attempts: list[Any], built: Built, run: SimRun | None = None) -> d
     boot = {o.id: o.startup_seconds for o in built.catalog.offerings}
     warm = run.backend.warm_starts if run is not None else set()
     idle = run.backend.idle if run is not None else []
+    ledger = run.store.ledger() if run is not None else []
     startups, seconds = 0, 0.0
     for a in attempts:
         if f"{a.job_id}.{a.number}" in warm:
@@ -125,7 +128,7 @@ def _startups(attempts: list[Any], built: Built, run: SimRun | None = None) -> d
         "startup_hours": round(seconds / 3600, 3),
         "warm_starts": len(warm),
         "idle_hours": round(sum(i.hours for i in idle), 3),
-        "idle_usd": float(sum((i.amount_usd for i in idle), ZERO)),
+        "idle_usd": float(sum((e.amount_usd for e in ledger if is_idle(e)), ZERO)),
     }
 
 

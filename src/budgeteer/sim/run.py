@@ -131,4 +131,6 @@ def simulate(
         kernel.schedule(start, day, priority=CYCLE_PRIORITY + 1, label="day")
     kernel.run(until=end)
     backend.close_pools(end)  # what still idles is billed to the end
+    if policy.use_pools:
+        sched.reconciler.bill_idle(backend.take_idle())
     return SimRun(store, kernel, backend, cycles)
