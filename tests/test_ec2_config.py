@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from budgeteer.backends.ec2 import Ec2Backend
 from budgeteer.config import load_config
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.service.wiring import build
@@ -217,3 +218,10 @@ def test_the_example_ec2_config_plans_on_aws_in_its_region(tmp_path: Path) -> No
     zonal = {o.zones[0] for o in sched.catalog.offerings if len(o.zones) == 1}
     assert zonal == {"use1-az1", "use1-az2", "use1-az4"}
     assert "aws/us-east-1/use1-az6/p3.2xlarge/spot" not in ids
+    # its pool: the g4dn on-demand offerings keep instances warm, the planner sees them pooled
+    assert isinstance(sched.backend, Ec2Backend)
+    pooled = sched.backend.pool_settings()
+    assert pooled
+    assert all("/g4dn.xlarge/on_demand" in oid for oid in pooled)
+    assert {(p.maximum, p.idle_timeout_seconds) for p in pooled.values()} == {(4, 300.0)}
+    assert {v.settings.name for v in sched.snapshot().pools} == set(pooled)

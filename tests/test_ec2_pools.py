@@ -14,7 +14,7 @@ import pytest
 from budgeteer.backends.base import CapacityUnavailable, Handle, RunState
 from budgeteer.backends.ec2 import Ec2Backend
 from budgeteer.backends.ec2_agent import Assignment
-from budgeteer.backends.ec2_pools import assignment
+from budgeteer.backends.ec2_pools import assignment, warm_limit
 from budgeteer.clock import SystemClock
 from budgeteer.core.pools import PoolSettings
 from ec2_world import World, open_world, session
@@ -171,3 +171,16 @@ def test_an_assignment_round_trips_and_a_malformed_one_names_its_field(world: Wo
             Assignment.parse(json.dumps(doc | {field: value}))
     with pytest.raises(ValueError, match="a JSON object"):
         Assignment.parse("[1, 2]")
+
+
+def test_an_agent_waits_its_pools_timeout_and_an_hour_or_for_ever_under_a_min(
+    world: World,
+) -> None:
+    short = PoolSettings(name="p", idle_timeout_seconds=600.0)
+    kept = PoolSettings(name="p", minimum=1, idle_timeout_seconds=600.0)
+    assert warm_limit(short) == 600.0 + 3600.0
+    assert warm_limit(kept) == float("inf")
+    backend = _pooled(world, minimum=1)
+    assert "--warm-limit inf" in backend.pools.user_data(ON_DEMAND.id)
+    assert "--warm-limit 3600 " in _pooled(world).pools.user_data(ON_DEMAND.id)
+    assert "--pool-prefix" in backend.pools.user_data(ON_DEMAND.id)

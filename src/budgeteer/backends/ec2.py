@@ -73,6 +73,7 @@ from budgeteer.backends.ec2_launch import (
     attempt_status,
     client_error,
     max_price,
+    on_demand_sibling,
     render_user_data,
     run_instances_args,
     state_reason,
@@ -106,6 +107,7 @@ class _Attempt:
     stop_at: datetime | None = None
     interrupted: bool = False
     final: Status | None = None
+    ending: bool = False
 
 
 class Ec2Backend(CatalogPrices):
@@ -190,7 +192,7 @@ class Ec2Backend(CatalogPrices):
                 return warm
         self._check_limit(request)
         if pooled:
-            user_data = self.pools.user_data()
+            user_data = self.pools.user_data(offering.id)
         else:
             user_data = render_user_data(
                 self.settings, request, self.namespace, job_variables(request)
@@ -297,15 +299,21 @@ class Ec2Backend(CatalogPrices):
             and all(instances.get(i, {}).get("State", {}).get("Name") == "running" for i in ids)
             and not any(i in self._interrupted for i in ids)
         )
-        if not keep:
-            self._terminate(ids)
         with self._lock:
-            if attempt.final is not None:
+            if attempt.final is not None or attempt.ending:
                 return
+            attempt.ending = True  # one caller ends it (API threads read statuses too)
+        try:
+            if keep:  # kept warm before the end is final: a failure here is tried again
+                at = status.ended_at or self.clock.now()
+                self.pools.left(self.offerings[handle.offering_id], handle, at)
+            else:
+                self._terminate(ids)
+        finally:
+            with self._lock:
+                attempt.ending = False
+        with self._lock:
             attempt.final = status
-        if keep:
-            at = status.ended_at or self.clock.now()
-            self.pools.left(self.offerings[handle.offering_id], handle, at)
 
     # -- pools (see :mod:`budgeteer.backends.ec2_pools`) ------------------------------------
     def pool_settings(self) -> dict[str, PoolSettings]:
@@ -482,16 +490,7 @@ class Ec2Backend(CatalogPrices):
 
     def _max_price(self, offering: Offering, tier: Tier | None) -> str | None:
         """``MaxPrice`` of a spot launch (see :func:`~budgeteer.backends.ec2_launch.max_price`)."""
-        on_demand = next(
-            (
-                o
-                for o in self.offerings.values()
-                if o.market is Market.ON_DEMAND
-                and (o.provider, o.region, o.instance_type)
-                == (offering.provider, offering.region, offering.instance_type)
-            ),
-            None,
-        )
+        on_demand = on_demand_sibling(self.offerings.values(), offering)
         now = self.clock.now()
         ceiling = None if on_demand is None else self.price(on_demand, now)[0]
         since, live = now - timedelta(days=BID_HISTORY_DAYS), self.live_prices

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -382,3 +382,17 @@ class InterruptionQueue:
                 else:
                     self.warned.add(instance)
                 call("sqs", "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def on_demand_sibling(offerings: Iterable[Offering], offering: Offering) -> Offering | None:
+    """The on-demand offering of ``offering``'s provider, region and instance type (whose
+    price caps a spot bid), if the catalog has one."""
+    key = (offering.provider, offering.region, offering.instance_type)
+    return next(
+        (
+            o
+            for o in offerings
+            if o.market is Market.ON_DEMAND and (o.provider, o.region, o.instance_type) == key
+        ),
+        None,
+    )

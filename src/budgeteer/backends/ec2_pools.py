@@ -22,6 +22,8 @@ live in S3 (``PREFIX/DEPLOYMENT/pools.json``), read back by a restarted backend.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import shlex
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,13 +33,23 @@ from typing import Any
 
 from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
 from budgeteer.backends.ec2_launch import MAX_USER_DATA, Ec2Settings, attempt_key, client_error
-from budgeteer.backends.warm import WarmInstances
+from budgeteer.backends.warm import PoolStateError, WarmInstances
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
 
-#: How long a pooled instance's agent waits with nothing to run before it leaves on its own
-#: (the scheduler gives instances back long before; this is for a scheduler gone for good).
-WARM_LIMIT_SECONDS = 6 * 3600.0
+log = logging.getLogger(__name__)
+
+#: How much longer than its pool's ``idle_timeout`` a pooled instance's agent waits with
+#: nothing to run before it leaves on its own (the scheduler gives instances back at the
+#: timeout; this is for a scheduler gone for good). A pool with a ``min`` keeps its agents
+#: waiting for ever: those instances are meant to stay.
+WARM_GRACE_SECONDS = 3600.0
+
+
+def warm_limit(pool: PoolSettings) -> float:
+    """How long the agents of ``pool``'s instances wait with nothing to run (see
+    :data:`WARM_GRACE_SECONDS`)."""
+    return math.inf if pool.minimum > 0 else pool.idle_timeout_seconds + WARM_GRACE_SECONDS
 
 
 def root(settings: Ec2Settings, namespace: str) -> str:
@@ -45,7 +57,7 @@ def root(settings: Ec2Settings, namespace: str) -> str:
     return f"{settings.prefix.strip('/')}/{namespace}"
 
 
-def render_pool_user_data(settings: Ec2Settings, namespace: str, warm_limit: float) -> str:
+def render_pool_user_data(settings: Ec2Settings, namespace: str, limit: float) -> str:
     """A pooled instance's bootstrap: the agent waiting for its jobs (no job in it)."""
     agent = [
         settings.python,
@@ -56,7 +68,7 @@ def render_pool_user_data(settings: Ec2Settings, namespace: str, warm_limit: flo
         "--pool-prefix",
         f"{root(settings, namespace)}/instances",
         "--warm-limit",
-        f"{warm_limit:g}",
+        f"{limit:g}",
         "--workdir",
         settings.instance_workdir,
         "--grace",
@@ -161,11 +173,18 @@ class Ec2Pools:
         return self._warm
 
     def counts(self) -> dict[str, int]:
-        """Warm instances by pooled offering."""
+        """Warm instances by pooled offering (none while the state cannot be read back from
+        S3: the planner then plans without them, and the read is tried again next time)."""
         if not self.settings:
             return {}
         with self._lock:
-            return self._ready(datetime.now(UTC)).counts()
+            try:
+                return self._ready(datetime.now(UTC)).counts()
+            except PoolStateError:
+                raise  # a document that is there but wrong: nothing is guessed
+            except Exception as exc:
+                log.warning("pools: cannot read the warm instances back from S3: %s", exc)
+                return {}
 
     def warm_ids(self) -> set[str]:
         """The ids of every warm instance."""
@@ -181,9 +200,10 @@ class Ec2Pools:
         with self._lock:
             return self._ready(datetime.now(UTC)).take_billed()
 
-    def user_data(self) -> str:
+    def user_data(self, offering_id: str) -> str:
         """The bootstrap of a pooled offering's new instances."""
-        script = render_pool_user_data(self.ec2, self.namespace, WARM_LIMIT_SECONDS)
+        limit = warm_limit(self.settings[offering_id])
+        script = render_pool_user_data(self.ec2, self.namespace, limit)
         if len(script.encode()) > MAX_USER_DATA:  # pragma: no cover - a fixed, short script
             raise LaunchFailed("the pooled bootstrap is beyond 16 KB")
         return script
