@@ -31,7 +31,7 @@ import time
 import urllib.request
 import uuid
 from base64 import b64decode
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +46,7 @@ except ImportError:  # pragma: no cover
 
 from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
 from budgeteer.clock import SystemClock
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
 
 CREDENTIALS = {
@@ -300,14 +301,15 @@ class World:
     def client(self, service: str) -> Any:
         return self.backend.client(service)
 
-    def restarted(self) -> Ec2Backend:
-        """The backend as a new service process would open it."""
+    def restarted(self, pools: Mapping[str, PoolSettings] | None = None) -> Ec2Backend:
+        """The backend as a new service process would open it (with ``pools``, if any)."""
         return Ec2Backend(
             SystemClock(),
             self.settings,
             {o.id: o for o in self.offerings},
             namespace=self.namespace,
             session=session(self.endpoint),
+            pools=pools,
         )
 
 

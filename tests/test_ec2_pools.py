@@ -5,6 +5,7 @@ attempts and take the next job from their S3 mailbox — no second ``RunInstance
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,8 @@ from budgeteer.backends.base import CapacityUnavailable, Handle, RunState
 from budgeteer.backends.ec2 import Ec2Backend
 from budgeteer.backends.ec2_agent import Assignment
 from budgeteer.backends.ec2_pools import assignment, warm_limit
-from budgeteer.clock import SystemClock
 from budgeteer.core.pools import PoolSettings
-from ec2_world import World, open_world, session
+from ec2_world import World, open_world
 from engines import settle, until
 from test_ec2 import ON_DEMAND, SPOT, _request
 
@@ -39,14 +39,7 @@ def world(moto_url: str, tmp_path: Path) -> Iterator[World]:
 def _pooled(world: World, **settings: Any) -> Ec2Backend:
     """The world's EC2 backend with both offerings pooled (``settings``: the pools')."""
     pool = {"idle_timeout_seconds": 0.0, "maximum": 2} | settings
-    return Ec2Backend(
-        SystemClock(),
-        world.settings,
-        {o.id: o for o in world.offerings},
-        namespace=world.namespace,
-        session=session(world.endpoint),
-        pools={o.id: PoolSettings(name=o.id, **pool) for o in world.offerings},
-    )
+    return world.restarted({o.id: PoolSettings(name=o.id, **pool) for o in world.offerings})
 
 
 def _instances(world: World) -> dict[str, str]:
@@ -180,7 +173,11 @@ def test_an_agent_waits_its_pools_timeout_and_an_hour_or_for_ever_under_a_min(
     kept = PoolSettings(name="p", minimum=1, idle_timeout_seconds=600.0)
     assert warm_limit(short) == 600.0 + 3600.0
     assert warm_limit(kept) == float("inf")
-    backend = _pooled(world, minimum=1)
-    assert "--warm-limit inf" in backend.pools.user_data(ON_DEMAND.id)
-    assert "--warm-limit 3600 " in _pooled(world).pools.user_data(ON_DEMAND.id)
-    assert "--pool-prefix" in backend.pools.user_data(ON_DEMAND.id)
+
+    def flag(backend: Ec2Backend, name: str) -> str:
+        argv = shlex.split(backend.pools.user_data(ON_DEMAND.id).splitlines()[-1])
+        return argv[argv.index(name) + 1]
+
+    assert flag(_pooled(world, minimum=1), "--warm-limit") == "inf"
+    assert flag(_pooled(world), "--warm-limit") == "3600"
+    assert flag(_pooled(world), "--pool-prefix") == f"budgeteer/{world.namespace}/instances"

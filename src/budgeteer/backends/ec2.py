@@ -72,6 +72,7 @@ from budgeteer.backends.ec2_launch import (
     attempt_started,
     attempt_status,
     client_error,
+    deployment_root,
     max_price,
     on_demand_sibling,
     render_user_data,
@@ -452,7 +453,7 @@ class Ec2Backend(CatalogPrices):
 
     # -- helpers --------------------------------------------------------------------------
     def _attempt_prefix(self, key: str) -> str:
-        return f"{self.settings.prefix.strip('/')}/{self.namespace}/attempts/{key}"
+        return f"{deployment_root(self.settings, self.namespace)}/attempts/{key}"
 
     def _put_text(self, key: str, text: str) -> None:
         self._call("s3", "put_object", Bucket=self.settings.bucket, Key=key, Body=text.encode())

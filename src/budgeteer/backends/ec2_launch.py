@@ -175,45 +175,63 @@ def attempt_key(request: LaunchRequest | Handle, namespace: str) -> str:
     return f"bgt-{namespace}-{request.job_id}-{request.attempt}"
 
 
-def render_user_data(
-    settings: Ec2Settings, request: LaunchRequest, namespace: str, env: Mapping[str, str]
+def deployment_root(settings: Ec2Settings, namespace: str) -> str:
+    """The deployment's S3 prefix (attempts, checkpoints, pooled instances' mailboxes)."""
+    return f"{settings.prefix.strip('/')}/{namespace}"
+
+
+def agent_script(
+    settings: Ec2Settings, comment: str, env: Mapping[str, str], mode: list[str]
 ) -> str:
-    """The instance's bootstrap: a bash script exporting ``env`` (the job's variables) and
-    running the agent with the command. Raises :class:`LaunchFailed` beyond 16 KB."""
-    key = attempt_key(request, namespace)
-    root = f"{settings.prefix.strip('/')}/{namespace}"
+    """A bootstrap: a bash script exporting ``env`` and running the agent with the settings'
+    flags and ``mode`` (one job's prefixes and command, or a pool's mailbox)."""
     agent = [
         settings.python,
         "-m",
         "budgeteer.backends.ec2_agent",
         "--bucket",
         settings.bucket,
-        "--attempt-prefix",
-        f"{root}/attempts/{key}",
-        "--checkpoint-prefix",
-        f"{root}/checkpoints/{request.job_id}",
         "--workdir",
         settings.instance_workdir,
-        "--nodes",
-        str(request.instances),
         "--grace",
         f"{settings.grace_seconds:g}",
         "--poll",
         f"{settings.poll_seconds:g}",
         "--sync",
         f"{settings.sync_seconds:g}",
+        *(["--shutdown"] if settings.shutdown else []),
+        *mode,
     ]
-    if settings.shutdown:
-        agent.append("--shutdown")
     lines = [
         "#!/bin/bash",
-        f"# budgeteer: job {request.job_id}, attempt {request.attempt} ({key})",
+        f"# budgeteer: {comment}",
         "set -eu",
         *(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())),
         f"export AWS_DEFAULT_REGION={shlex.quote(settings.region)}",
-        "exec " + shlex.join([*agent, "--", *request.command]),
+        "exec " + shlex.join(agent),
     ]
-    script = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def render_user_data(
+    settings: Ec2Settings, request: LaunchRequest, namespace: str, env: Mapping[str, str]
+) -> str:
+    """The instance's bootstrap: a bash script exporting ``env`` (the job's variables) and
+    running the agent with the command. Raises :class:`LaunchFailed` beyond 16 KB."""
+    key = attempt_key(request, namespace)
+    root = deployment_root(settings, namespace)
+    mode = [
+        "--attempt-prefix",
+        f"{root}/attempts/{key}",
+        "--checkpoint-prefix",
+        f"{root}/checkpoints/{request.job_id}",
+        "--nodes",
+        str(request.instances),
+        "--",
+        *request.command,
+    ]
+    comment = f"job {request.job_id}, attempt {request.attempt} ({key})"
+    script = agent_script(settings, comment, env, mode)
     if len(script.encode()) > MAX_USER_DATA:
         raise LaunchFailed(
             f"user data is {len(script.encode())} bytes; EC2 takes at most {MAX_USER_DATA} "

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shlex
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
-from budgeteer.backends.ec2_launch import MAX_USER_DATA, Ec2Settings, attempt_key, client_error
+from budgeteer.backends.ec2_launch import (
+    MAX_USER_DATA,
+    Ec2Settings,
+    agent_script,
+    attempt_key,
+    client_error,
+    deployment_root,
+)
 from budgeteer.backends.warm import PoolStateError, WarmInstances
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
@@ -52,42 +58,15 @@ def warm_limit(pool: PoolSettings) -> float:
     return math.inf if pool.minimum > 0 else pool.idle_timeout_seconds + WARM_GRACE_SECONDS
 
 
-def root(settings: Ec2Settings, namespace: str) -> str:
-    """The deployment's S3 prefix."""
-    return f"{settings.prefix.strip('/')}/{namespace}"
-
-
 def render_pool_user_data(settings: Ec2Settings, namespace: str, limit: float) -> str:
     """A pooled instance's bootstrap: the agent waiting for its jobs (no job in it)."""
-    agent = [
-        settings.python,
-        "-m",
-        "budgeteer.backends.ec2_agent",
-        "--bucket",
-        settings.bucket,
+    mode = [
         "--pool-prefix",
-        f"{root(settings, namespace)}/instances",
+        f"{deployment_root(settings, namespace)}/instances",
         "--warm-limit",
         f"{limit:g}",
-        "--workdir",
-        settings.instance_workdir,
-        "--grace",
-        f"{settings.grace_seconds:g}",
-        "--poll",
-        f"{settings.poll_seconds:g}",
-        "--sync",
-        f"{settings.sync_seconds:g}",
     ]
-    if settings.shutdown:
-        agent.append("--shutdown")
-    lines = [
-        "#!/bin/bash",
-        f"# budgeteer: a pooled instance of deployment {namespace}",
-        "set -eu",
-        f"export AWS_DEFAULT_REGION={shlex.quote(settings.region)}",
-        "exec " + shlex.join(agent),
-    ]
-    return "\n".join(lines) + "\n"
+    return agent_script(settings, f"a pooled instance of deployment {namespace}", {}, mode)
 
 
 def assignment(
@@ -95,7 +74,7 @@ def assignment(
 ) -> dict[str, Any]:
     """What the agent of rank ``rank`` runs for ``request`` (see the agent's
     :class:`~budgeteer.backends.ec2_agent.Assignment`)."""
-    base = root(settings, namespace)
+    base = deployment_root(settings, namespace)
     return {
         "attempt_prefix": f"{base}/attempts/{attempt_key(request, namespace)}",
         "checkpoint_prefix": f"{base}/checkpoints/{request.job_id}",
@@ -155,7 +134,7 @@ class Ec2Pools:
         self.offerings = offerings
         self.call = call
         self.terminate = terminate
-        doc = S3Doc(call, settings.bucket, f"{root(settings, namespace)}/pools.json")
+        doc = S3Doc(call, settings.bucket, f"{deployment_root(settings, namespace)}/pools.json")
         self._warm = WarmInstances(pools, doc)
         self._restored = False
         self._lock = threading.Lock()
@@ -261,7 +240,7 @@ class Ec2Pools:
             ended = tuple(dict.fromkeys([*ids, *self._warm.take_released()]))
         if not ended:
             return
-        base = root(self.ec2, self.namespace)
+        base = deployment_root(self.ec2, self.namespace)
         for iid in ended:
             self.call(
                 "s3",
@@ -275,7 +254,7 @@ class Ec2Pools:
     def _assign(self, ids: Sequence[str], request: LaunchRequest, now: datetime) -> None:
         """Give ``request``'s job to the instances ``ids`` (rank by order) and tag them with
         its attempt."""
-        base = root(self.ec2, self.namespace)
+        base = deployment_root(self.ec2, self.namespace)
         key = attempt_key(request, self.namespace)
         self.call(
             "ec2",
