@@ -126,6 +126,22 @@ def test_multi_instance_jobs_never_wait() -> None:
     assert [a.placement.instances for a in plan.admissions] == [2]
 
 
+def test_each_tier_waits_as_long_as_its_pool_says_and_unnamed_tiers_never() -> None:
+    by_tier = ((Tier.P2, 5 * 60.0), (Tier.P3, 2 * 3600.0))
+    pools = (PoolView(PoolSettings(T4, 0, 8, 0.0, BOOT, 0.0, by_tier), 0),)
+    jobs = [
+        _job("p3", tier=Tier.P3, ago_min=60, seq=0),  # waited an hour of its two: still may
+        _job("p2", tier=Tier.P2, ago_min=0, seq=1),  # 5 min: the instance frees in 10, too late
+        _job("p1", tier=Tier.P1, ago_min=0, seq=2),  # not named: never waits
+    ]
+    plan = plan_cycle(make_snapshot(jobs, _offering(), running=(_busy(10),), pools=pools))
+    assert _outcome(plan) == {"p3": "hold:batched", "p2": "launch", "p1": "launch"}
+    assert _detail(plan, "p3", "instance_free_at") == NOW + timedelta(minutes=10)
+    settings = pools[0].settings
+    assert settings.batches
+    assert [settings.batch_wait_for(t) for t in Tier] == [0.0, 0.0, 300.0, 7200.0]
+
+
 def test_without_batching_nothing_waits() -> None:
     assert _outcome(plan_cycle(_snapshot([_job("a")], wait=0.0))) == {"a": "launch"}
     assert _outcome(plan_cycle(_snapshot([_job("a")], pooled=False))) == {"a": "launch"}

@@ -174,6 +174,17 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
         ({"pools": [{"offerings": "*", "batch_wait": "later"}]}, "pools[0].batch_wait", "later"),
         ({"pools": [{"offerings": "*", "colour": "red"}]}, "pools[0].colour", "unknown field"),
         (
+            {"pools": [{"offerings": "*", "batch_wait": {"P0": "5m"}}]},
+            "pools[0].batch_wait",
+            "P0 jobs never wait",
+        ),
+        ({"pools": [{"offerings": "*", "batch_wait": {"P7": "5m"}}]}, "pools[0].batch_wait", "P7"),
+        (
+            {"pools": [{"offerings": "*", "batch_wait": {"P2": "soon"}}]},
+            "pools[0].batch_wait",
+            "soon",
+        ),
+        (
             {
                 "pools": [{"offerings": "*"}],
                 "backend": {
@@ -245,6 +256,7 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
                 "max": 3,
                 "idle_timeout_seconds": 600.0,
                 "batch_wait_seconds": 900.0,
+                "batch_wait_seconds_by_tier": {},
                 "warm_instances": 1,  # the job's instance, idle since it ended
             }
         }

@@ -23,6 +23,7 @@ from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.job import Job
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.offering import Market
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.ledger.billing import amount_usd, is_idle
 from budgeteer.sim.run import Arrival, SimRun, simulate
@@ -213,6 +214,10 @@ def test_pool_declarations_are_checked() -> None:
     assert got[OD] == PoolSettings(OD, 0, 3, 300.0, 120.0)
     got = pool_settings([PoolSpec(offerings="o*", idle_timeout="0s", batch_wait="20m")], offerings)
     assert got[OD] == PoolSettings(OD, 0, None, 0.0, 120.0, 1200.0)
+    by_tier = PoolSpec(offerings="o*", batch_wait={"p3": "2h", "P1": "90s"})
+    got = pool_settings([by_tier], offerings)
+    assert got[OD].batch_wait_by_tier == ((Tier.P1, 90.0), (Tier.P3, 7200.0))
+    assert got[OD].batch_wait_seconds == 0.0  # P2, not named, never waits
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """Batching (pure): which jobs placed on a pool wait to run back to back on one of its instances
 instead of booting their own.
 
-A pool with ``batch_wait_seconds`` > 0 (:class:`~budgeteer.core.pools.PoolSettings`) trades a
-little latency for fewer start-ups: a job admitted there this cycle
+A pool with ``batch_wait_seconds`` > 0 (:class:`~budgeteer.core.pools.PoolSettings`; or a wait
+for some tiers, ``batch_wait_by_tier``: its tier's wait is the job's) trades a little latency
+for fewer start-ups: a job admitted there this cycle
 
 1. starts at once on a warm instance when the pool has one idle (no boot);
 2. else waits for the pool's instance that frees first — a running attempt's expected end, or
@@ -39,7 +40,7 @@ def batch(
 ) -> tuple[list[Admission], list[Hold]]:
     """Split this cycle's ``admissions`` (in planning order) into those that launch now and
     those held to run back to back on a pool instance (see the module docstring)."""
-    pools = {v.settings.name: v for v in snapshot.pools if v.settings.batch_wait_seconds > 0}
+    pools = {v.settings.name: v for v in snapshot.pools if v.settings.batches}
     if not pools or not admissions:
         return list(admissions), []
     now = snapshot.now
@@ -62,7 +63,7 @@ def batch(
             idle[oid] -= 1
             busy[oid].append(a.placement.finish)
             continue
-        wait = timedelta(seconds=view.settings.batch_wait_seconds)
+        wait = timedelta(seconds=view.settings.batch_wait_for(job.tier))
         limit = job.submitted_at + wait
         # the plan's duration with its margin, without the boot (which a warm instance skips)
         run = a.placement.finish - now - timedelta(seconds=startup.get(oid, 0.0))
@@ -71,6 +72,9 @@ def batch(
             del held[companion.job_id]
             busy[oid].append(companion.placement.finish)
         slots = busy[oid]
+        if not wait:  # its tier never waits here: an instance of its own (rule 4)
+            slots.append(a.placement.finish)
+            continue
         first = min(slots, default=None)
         if first is not None and first <= limit and _meets(job, first + run):  # rule 2
             slots.remove(first)

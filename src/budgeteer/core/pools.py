@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from budgeteer.domain.offering import Offering
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
 
 
@@ -52,6 +53,20 @@ class PoolSettings:
     #: how long a job placed on the pool may wait to run back to back on one of its instances
     #: instead of booting its own (:mod:`budgeteer.core.batching`); 0: never
     batch_wait_seconds: float = 0.0
+    #: the wait for the tiers named here instead (``((Tier.P3, 7200.0), …)``: a P3 retrain
+    #: waits longer than a P1); P0 never waits
+    batch_wait_by_tier: tuple[tuple[Tier, float], ...] = ()
+
+    def batch_wait_for(self, tier: Tier) -> float:
+        """How long a job of ``tier`` may wait for a pool instance (0 for P0: never)."""
+        if tier is Tier.P0:
+            return 0.0
+        return dict(self.batch_wait_by_tier).get(tier, self.batch_wait_seconds)
+
+    @property
+    def batches(self) -> bool:
+        """Whether any tier may wait for a pool instance."""
+        return self.batch_wait_seconds > 0 or any(w > 0 for _, w in self.batch_wait_by_tier)
 
     def __post_init__(self) -> None:
         if self.minimum < 0:
@@ -68,6 +83,12 @@ class PoolSettings:
             raise PoolError(
                 f"pools.{self.name}.batch_wait: must be ≥ 0 s, got {self.batch_wait_seconds}"
             )
+        for tier, wait in self.batch_wait_by_tier:
+            if tier is Tier.P0 or not wait >= 0:
+                raise PoolError(
+                    f"pools.{self.name}.batch_wait.{tier.name}: "
+                    + ("P0 jobs never wait" if tier is Tier.P0 else f"must be ≥ 0 s, got {wait}")
+                )
         if not self.startup_seconds >= 0:
             raise PoolError(
                 f"pools.{self.name}.startup_seconds: must be ≥ 0, got {self.startup_seconds}"

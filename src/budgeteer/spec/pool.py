@@ -10,6 +10,8 @@ between jobs, and how (:mod:`budgeteer.core.pools` sizes them).
         idle_timeout: 10m       # an idle instance with nothing planned is given back after it
         batch_wait: 30m         # a job may wait this long to run back to back on a pool
                                 # instance instead of booting its own (0s, the default: never)
+        # or by tier (the tiers not named never wait; P0 never does):
+        # batch_wait: {P1: 5m, P2: 30m, P3: 2h}
 
 Each offering a pattern matches gets a pool of its own with these settings; the first pattern
 that matches an offering wins.
@@ -26,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
+from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
 from budgeteer.spec.job import parse_duration
 
@@ -49,13 +52,39 @@ class PoolSpec(BaseModel):
     min: Annotated[int, Field(ge=0, le=MAX_POOL_INSTANCES)] = 0
     max: Annotated[int, Field(ge=1, le=MAX_POOL_INSTANCES)] | None = None
     idle_timeout: str = "10m"
-    batch_wait: str = "0s"
+    batch_wait: str | dict[str, str] = "0s"
 
-    @field_validator("idle_timeout", "batch_wait")
+    @field_validator("idle_timeout")
     @classmethod
     def _timeout(cls, value: str) -> str:
         _seconds(value)
         return value
+
+    @field_validator("batch_wait")
+    @classmethod
+    def _wait(cls, value: str | dict[str, str]) -> str | dict[str, str]:
+        if isinstance(value, str):
+            _seconds(value)
+            return value
+        for tier, wait in value.items():
+            try:
+                parsed = Tier.parse(tier)
+            except KeyError:
+                raise ValueError(f"{tier!r}: a tier is P1, P2 or P3") from None
+            if parsed is Tier.P0:
+                raise ValueError("P0: P0 jobs never wait for a pool instance")
+            try:
+                _seconds(wait)
+            except ValueError as exc:
+                raise ValueError(f"{tier}: {exc}") from None
+        return value
+
+    def batch_waits(self) -> tuple[float, tuple[tuple[Tier, float], ...]]:
+        """The wait for every tier, and the waits by tier (a mapping: 0 for the others)."""
+        if isinstance(self.batch_wait, str):
+            return _seconds(self.batch_wait), ()
+        by_tier = sorted((Tier.parse(t), _seconds(w)) for t, w in self.batch_wait.items())
+        return 0.0, tuple(by_tier)
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolSpec:
@@ -80,10 +109,10 @@ def pool_settings(
                 f"{prefix}[{i}].offerings", f"matches no offering: {spec.offerings!r}", source
             )
         timeout = _seconds(spec.idle_timeout)
-        wait = _seconds(spec.batch_wait)
+        wait, by_tier = spec.batch_waits()
         for o in matched:
             out.setdefault(
                 o.id,
-                PoolSettings(o.id, spec.min, spec.max, timeout, o.startup_seconds, wait),
+                PoolSettings(o.id, spec.min, spec.max, timeout, o.startup_seconds, wait, by_tier),
             )
     return out
