@@ -1,6 +1,6 @@
 """An HTTP fake of the Kubernetes API server on 127.0.0.1 — **a wire-format test, not a scheduling
 test**: it implements just the calls the ``kubernetes`` backend makes (create, read and delete a
-``batch/v1`` Job; list pods by label) with the shapes the official client parses, keeps Jobs and
+``batch/v1`` Job; list pods by label; list nodes by label) with the shapes the official client parses, keeps Jobs and
 their pods in memory, and lets a test move a pod (running, succeeded, failed with a code,
 disrupted with ``DisruptionTarget``, unschedulable). Nothing is scheduled and no container runs;
 the manifests are checked against the Kubernetes schema by ``kubernetes-validate`` in the tests.
@@ -19,6 +19,7 @@ from typing import Any
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_NODES = "/api/v1/nodes"
 
 
 def _now() -> str:
@@ -31,6 +32,7 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.nodes: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str, Any]] = []
         self.fail_next: list[int] = []  # statuses to answer the next calls with
         self.lock = threading.Lock()
@@ -128,6 +130,15 @@ class FakeApiServer:
                 if all(pod["metadata"]["labels"].get(k) == v for k, v in want.items())
             ]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if url.path == _NODES and method == "GET":
+            query = dict(urllib.parse.parse_qsl(url.query))
+            want = dict(p.split("=", 1) for p in query.get("labelSelector", "").split(",") if p)
+            items = [
+                n
+                for n in self.nodes
+                if all(n["metadata"]["labels"].get(k) == v for k, v in want.items())
+            ]
+            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items}
         return 404, _status(404, f"no route {method} {url.path}", "NotFound")
 
     def _create(self, ns: str, job: Any) -> tuple[int, Any]:
@@ -168,9 +179,28 @@ class FakeApiServer:
     def job(self, name: str) -> dict[str, Any]:
         return next(j for (_, n), j in self.jobs.items() if n == name)
 
-    def run(self, name: str) -> None:
+    def add_node(
+        self, name: str, labels: dict[str, str], *, ready: bool = True, cordoned: bool = False
+    ) -> None:
+        """A node the autoscaler brought (``ready``: its Ready condition)."""
+        with self.lock:
+            self.nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": dict(labels)},
+                    "spec": {"unschedulable": cordoned},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]
+                    },
+                }
+            )
+
+    def run(self, name: str, node: str | None = None) -> None:
         with self.lock:
             for pod in self._each(name):
+                if node is not None:
+                    pod["spec"] = {**pod["spec"], "nodeName": node}
                 pod["status"] = {
                     "phase": "Running",
                     "startTime": _now(),

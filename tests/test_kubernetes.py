@@ -35,6 +35,7 @@ from budgeteer.backends.k8s_manifest import (
 )
 from budgeteer.clock import ManualClock
 from budgeteer.config import load_config
+from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError, SpecErrors
 from builders import make_offering
@@ -287,6 +288,46 @@ def test_api_server_errors_are_transient_or_final(fake: FakeApiServer, tmp_path:
         backend.launch(_request(ON_DEMAND, attempt=2))
 
 
+# -- pools: the node pools' idle nodes ----------------------------------------------------------
+def test_a_pools_idle_ready_nodes_are_its_warm_instances_and_its_max_holds(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    factory = api_client_factory(str(fake.kubeconfig(tmp_path)), None)
+    backend = KubernetesBackend(
+        ManualClock(T0),
+        SETTINGS,
+        factory,
+        deployment="d1",
+        pools={SPOT.id: PoolSettings(SPOT.id, maximum=2)},
+        offerings={o.id: o for o in (SPOT, ON_DEMAND)},
+    )
+    spot_nodes = {
+        "node.kubernetes.io/instance-type": "p3.2xlarge",
+        "topology.k8s.aws/zone-id": "use1-az2",
+        "karpenter.sh/capacity-type": "spot",
+        "pool": "gpu-spot",
+    }
+    assert backend.warm_instances() == {}  # no node yet: the autoscaler brings one per pod
+    fake.add_node("n1", spot_nodes)
+    fake.add_node("n2", spot_nodes)
+    fake.add_node("n3", spot_nodes, ready=False)  # still booting
+    fake.add_node("n4", spot_nodes, cordoned=True)  # being drained
+    fake.add_node("n5", spot_nodes | {"pool": "other"})  # another node pool
+    fake.add_node("n6", spot_nodes | {"karpenter.sh/capacity-type": "on-demand"})
+    assert backend.warm_instances() == {SPOT.id: 2}
+    first = backend.launch(_request(SPOT))
+    fake.run(first.id, node="n1")
+    assert backend.warm_instances() == {SPOT.id: 1}  # n1 runs budgeteer's pod
+    backend.launch(_request(SPOT, attempt=2))
+    with pytest.raises(CapacityUnavailable, match=r"2 of 2 instances in use \(the pool's max\)"):
+        backend.launch(_request(SPOT, attempt=3))
+    fake.succeed(first.id)
+    assert backend.status(first).state is RunState.SUCCEEDED
+    assert backend.warm_instances() == {SPOT.id: 2}  # n1 idle again: warm until scale-down
+    backend.launch(_request(SPOT, attempt=3))  # the first ended: room under max again
+    assert backend.pool_settings() == {SPOT.id: PoolSettings(SPOT.id, maximum=2)}
+
+
 # -- config, wiring and `budgeteer k8s render` ------------------------------------------------------
 def _config(tmp_path: Path, fake: FakeApiServer | None = None, **over: Any) -> Path:
     backend: dict[str, Any] = {
@@ -363,6 +404,33 @@ def test_bad_kubernetes_configs_are_refused_by_field(
     with pytest.raises(SpecErrors) as err:
         load_config(_config(tmp_path, **over))
     assert field in {e.field for e in err.value.errors}
+
+
+def test_pools_on_kubernetes_take_max_and_batch_wait_and_leave_the_rest_to_the_autoscaler(
+    tmp_path: Path,
+) -> None:
+    from budgeteer.service.wiring import build  # noqa: PLC0415
+
+    path = _config(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
+    for pool, field in [
+        ({"min": 1}, "pools[0].min"),
+        ({"idle_timeout": "5m"}, "pools[0].idle_timeout"),
+    ]:
+        path.write_text(yaml.safe_dump(doc | {"pools": [{"offerings": spot, **pool}]}))
+        with pytest.raises(SpecErrors) as err:
+            load_config(path)
+        assert any(field in e.problem and "autoscaler" in e.problem for e in err.value.errors)
+    path.write_text(
+        yaml.safe_dump(doc | {"pools": [{"offerings": spot, "max": 3, "batch_wait": "10m"}]})
+    )
+    cfg, root = load_config(path)
+    backend = build(cfg, root).scheduler().backend
+    assert isinstance(backend, KubernetesBackend)
+    assert {k: (v.maximum, v.batch_wait_seconds) for k, v in backend.pool_settings().items()} == {
+        spot: (3, 600.0)
+    }
 
 
 def test_wiring_refuses_unknown_placements_and_accelerators_without_an_image(

@@ -194,7 +194,7 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
                 },
             },
             "",
-            "only the sandbox and ec2 backends",
+            "only the sandbox, ec2 and kubernetes backends",
         ),
     ],
 )

@@ -312,18 +312,30 @@ class ServiceConfig(_Strict):
     #: the trigger policy ``POST /v1/signals`` applies (``budgeteer.triggers.policy``)
     triggers: Path | None = None
     #: offerings whose instances stay warm between jobs, and short jobs batched on them
-    #: (``budgeteer.spec.pool``); the sandbox and EC2 backends keep them
+    #: (``budgeteer.spec.pool``); the sandbox and EC2 backends keep them, Kubernetes reads its
+    #: node pools' idle nodes
     pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
     def _pools_need_a_pooling_backend(self) -> ServiceConfig:
-        if self.pools and not isinstance(self.backend, SandboxConfig | Ec2Config):
+        if self.pools and not isinstance(
+            self.backend, SandboxConfig | Ec2Config | KubernetesConfig
+        ):
             raise ValueError(
-                "pools: only the sandbox and ec2 backends keep instances warm between jobs so "
-                "far (a Ray or Slurm cluster's nodes, and a Kubernetes node pool, stay up "
-                "whatever budgeteer does); remove pools or use kind: sandbox or ec2 "
+                "pools: only the sandbox, ec2 and kubernetes backends keep instances warm "
+                "between jobs (a Ray or Slurm cluster's nodes stay up whatever budgeteer does); "
+                "remove pools or use kind: sandbox, ec2 or kubernetes "
                 f"(backend.kind is {self.backend.kind!r})"
             )
+        if isinstance(self.backend, KubernetesConfig):
+            for i, pool in enumerate(self.pools):
+                if pool.min or pool.idle_timeout is not None:
+                    field = "min" if pool.min else "idle_timeout"
+                    raise ValueError(
+                        f"pools[{i}].{field}: on Kubernetes the cluster's autoscaler keeps and "
+                        "removes nodes; set the node pool's minimum and scale-down delay there "
+                        "(e.g. Karpenter's consolidateAfter) — budgeteer takes max and batch_wait"
+                    )
         return self
 
 

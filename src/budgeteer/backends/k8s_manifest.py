@@ -113,6 +113,24 @@ def job_name(request: LaunchRequest, namespace: str) -> str:
     return dns_label(f"bgt-{namespace}-{request.job_id}-{request.attempt}")
 
 
+def node_selector(settings: K8sSettings, offering: Offering) -> dict[str, str]:
+    """The labels of ``offering``'s nodes: instance type, zone (one-zone offerings), market by
+    the platform's label, and the placement's own selectors."""
+    marker = MARKETS[settings.platform]
+    selector = {"node.kubernetes.io/instance-type": offering.instance_type}
+    if len(offering.zones) == 1:
+        zone_label = (
+            "topology.k8s.aws/zone-id"
+            if offering.provider == "aws"
+            else ("topology.kubernetes.io/zone")
+        )
+        selector[zone_label] = offering.zones[0]
+    spot = offering.market is Market.SPOT
+    selector[marker.label] = marker.spot if spot else marker.on_demand
+    selector.update(settings.placements.get(offering.id, K8sPlacement()).node_selector)
+    return selector
+
+
 def render_job(
     settings: K8sSettings, request: LaunchRequest, deployment: str, env: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -129,18 +147,9 @@ def render_job(
     if settings.queue_name:
         labels["kueue.x-k8s.io/queue-name"] = settings.queue_name
     marker = MARKETS[settings.platform]
-    selector = {"node.kubernetes.io/instance-type": offering.instance_type}
-    if len(offering.zones) == 1:
-        zone_label = (
-            "topology.k8s.aws/zone-id"
-            if offering.provider == "aws"
-            else ("topology.kubernetes.io/zone")
-        )
-        selector[zone_label] = offering.zones[0]
+    selector = node_selector(settings, offering)
     spot = offering.market is Market.SPOT
-    selector[marker.label] = marker.spot if spot else marker.on_demand
     placement = settings.placements.get(offering.id, K8sPlacement())
-    selector.update(placement.node_selector)
     tolerations: list[dict[str, str]] = []
     if offering.accelerators_per_instance > 0:
         tolerations.append(

@@ -17,6 +17,14 @@ Status, from the Job and its pods (label ``budgeteer.io/key``):
   refuses launches with :class:`CapacityUnavailable` for as long again (the scheduler backs
   off and may place elsewhere).
 
+Pools (``pools``: offering id → settings; docs/pools.md): the cluster's autoscaler owns the
+nodes — it brings them for pending pods and removes them after its own scale-down delay (set
+``min`` and the idle time on the node pool, e.g. Karpenter's ``consolidateAfter``; budgeteer
+refuses them here). budgeteer reads each pooled offering's idle nodes (Ready, schedulable, no
+budgeteer pod on them) as its warm instances — the planner prices a start there without a boot
+and batches short jobs behind them — and holds launches to the pool's ``max``. Idle nodes are
+the cluster's bill, not a job's: nothing is billed as idle.
+
 Stop: the Job is deleted (foreground) with the grace: the kubelet sends SIGTERM, SIGKILL after
 ``terminationGracePeriodSeconds``; the attempt is ``stopped`` once its pods are gone. Re-attach:
 the Job's name is the attempt's, so a restarted service reads it back. Billing: per second from
@@ -26,11 +34,13 @@ other pods is billed whole to the attempt: the conservative side).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from budgeteer.backends.base import (
@@ -44,10 +54,14 @@ from budgeteer.backends.base import (
     check_request,
     job_variables,
 )
-from budgeteer.backends.k8s_manifest import K8sSettings, job_name, render_job
+from budgeteer.backends.k8s_manifest import K8sSettings, job_name, node_selector, render_job
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.clock import Clock
+from budgeteer.core.pools import PoolSettings
+from budgeteer.domain.offering import Offering
 from budgeteer.errors import BudgeteerError
+
+log = logging.getLogger(__name__)
 
 
 class KubernetesUnavailable(BudgeteerError):
@@ -77,8 +91,15 @@ class KubernetesBackend(CatalogPrices):
         *,
         deployment: str,
         pass_env: tuple[str, ...] = (),
+        pools: Mapping[str, PoolSettings] | None = None,
+        offerings: Mapping[str, Offering] | None = None,
     ) -> None:
         self.clock = clock
+        #: pooled offerings (their node pools, scaled by the cluster's autoscaler) and the
+        #: offerings by id (to find a pool's nodes)
+        self.pools = dict(pools or {})
+        self.offerings = dict(offerings or {})
+        self._warned: set[str] = set()
         self.settings = settings
         self.deployment = deployment
         self.pass_env = pass_env
@@ -129,6 +150,7 @@ class KubernetesBackend(CatalogPrices):
                 f"{offering.id}: pods found no node for {self.settings.unschedulable_seconds:.0f}"
                 f" s; not asked again before {until:%H:%M:%S}"
             )
+        self._check_pool_max(request)
         manifest = self.manifest(request)
         batch, _ = self._apis()
         name = manifest["metadata"]["name"]
@@ -196,6 +218,78 @@ class KubernetesBackend(CatalogPrices):
 
     def poll(self) -> None:
         """Nothing to advance: the cluster runs the pods."""
+
+    # -- pools: the node pools' idle nodes -----------------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return dict(self.pools)
+
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: per pooled offering, its nodes
+        (by :func:`~budgeteer.backends.k8s_manifest.node_selector`) that are Ready, schedulable
+        and run no pod of budgeteer's — the autoscaler keeps them until its scale-down, and a
+        job placed there starts without waiting for a node. An offering whose nodes cannot be
+        listed (the service account may not list nodes: a ClusterRole is needed) counts none,
+        with one warning."""
+        out: dict[str, int] = {}
+        if not self.pools:
+            return out
+        _, core = self._apis()
+        try:
+            pods = self._call(
+                "list pods",
+                lambda: core.list_namespaced_pod(
+                    self.settings.namespace, label_selector="app.kubernetes.io/managed-by=budgeteer"
+                ),
+            )
+        except Exception as exc:
+            self._warn("pods", f"cannot list budgeteer's pods: {exc}")
+            return out
+        busy = {
+            p.spec.node_name
+            for p in pods.items
+            if p.spec is not None
+            and p.spec.node_name
+            and (p.status is None or p.status.phase not in {"Succeeded", "Failed"})
+        }
+        for oid in self.pools:
+            offering = self.offerings.get(oid)
+            if offering is None:
+                continue
+            selector = ",".join(
+                f"{k}={v}" for k, v in node_selector(self.settings, offering).items()
+            )
+            try:
+                nodes = self._call("list nodes", partial(core.list_node, label_selector=selector))
+            except Exception as exc:
+                self._warn(oid, f"cannot list the nodes of {oid}: {exc}")
+                continue
+            idle = [n for n in nodes.items if _ready(n) and n.metadata.name not in busy]
+            if idle:
+                out[oid] = len(idle)
+        return out
+
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("pools: %s", message)
+
+    def _check_pool_max(self, request: LaunchRequest) -> None:
+        """Refuse a launch beyond its pool's ``max`` instances at once."""
+        pool = self.pools.get(request.offering.id)
+        if pool is None or pool.maximum is None:
+            return
+        with self._lock:
+            used = sum(
+                len(a.handle.instance_ids)
+                for a in self._attempts.values()
+                if a.final is None and a.handle.offering_id == request.offering.id
+            )
+        if used + request.instances > pool.maximum:
+            raise CapacityUnavailable(
+                f"{request.offering.id}: {used} of {pool.maximum} instances in use (the pool's "
+                f"max), {request.instances} asked for"
+            )
 
     # -- reading ----------------------------------------------------------------------------
     def _status(self, attempt: _Attempt) -> Status:
@@ -333,3 +427,11 @@ def api_client_factory(kubeconfig: str | None, context: str | None) -> Callable[
         return client.ApiClient()
 
     return make
+
+
+def _ready(node: Any) -> bool:
+    """A node that takes pods: its ``Ready`` condition true, not cordoned."""
+    if node.spec is not None and node.spec.unschedulable:
+        return False
+    conditions = (node.status.conditions if node.status is not None else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)

@@ -258,6 +258,8 @@ class Service:
             api_client_factory(kubeconfig, cfg.context),
             deployment=self.namespace(),
             pass_env=tuple(cfg.pass_env),
+            pools=pool_settings(self.config.pools, catalog.offerings),
+            offerings={o.id: o for o in catalog.offerings},
         )
         return backend, catalog
 

@@ -33,6 +33,7 @@ from budgeteer.errors import SpecError
 from budgeteer.spec.job import parse_duration
 
 MAX_POOL_INSTANCES = 10_000
+DEFAULT_IDLE_TIMEOUT = "10m"
 _ZERO = re.compile(r"\s*0+(\.0*)?\s*[dhms]?\s*")
 
 
@@ -51,13 +52,15 @@ class PoolSpec(BaseModel):
     offerings: Annotated[str, Field(min_length=1, max_length=512)]
     min: Annotated[int, Field(ge=0, le=MAX_POOL_INSTANCES)] = 0
     max: Annotated[int, Field(ge=1, le=MAX_POOL_INSTANCES)] | None = None
-    idle_timeout: str = "10m"
+    #: ``None``: the default, 10 minutes
+    idle_timeout: str | None = None
     batch_wait: str | dict[str, str] = "0s"
 
     @field_validator("idle_timeout")
     @classmethod
-    def _timeout(cls, value: str) -> str:
-        _seconds(value)
+    def _timeout(cls, value: str | None) -> str | None:
+        if value is not None:
+            _seconds(value)
         return value
 
     @field_validator("batch_wait")
@@ -108,7 +111,7 @@ def pool_settings(
             raise SpecError(
                 f"{prefix}[{i}].offerings", f"matches no offering: {spec.offerings!r}", source
             )
-        timeout = _seconds(spec.idle_timeout)
+        timeout = _seconds(spec.idle_timeout or DEFAULT_IDLE_TIMEOUT)
         wait, by_tier = spec.batch_waits()
         for o in matched:
             out.setdefault(
