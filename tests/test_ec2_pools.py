@@ -22,8 +22,11 @@ from engines import settle, until
 from test_ec2 import ON_DEMAND, SPOT, _request
 
 SAY = (
-    "import os; print('ran', os.environ['BUDGETEER_JOB_ID'], os.environ['BUDGETEER_ATTEMPT'],"
-    " os.environ['BUDGETEER_NODE_RANK'], os.environ['BUDGETEER_TOKEN'], flush=True)"
+    "import os, pathlib; print('ran', os.environ['BUDGETEER_JOB_ID'],"
+    " os.environ['BUDGETEER_ATTEMPT'], os.environ['BUDGETEER_NODE_RANK'],"
+    " os.environ['BUDGETEER_TOKEN'], flush=True);"
+    " f = pathlib.Path(os.environ['BUDGETEER_CACHE_DIR']) / 'dataset';"
+    " print('cache', 'found' if f.exists() else 'downloaded', flush=True); f.write_text('rows')"
 )
 
 
@@ -75,6 +78,11 @@ def test_two_jobs_run_back_to_back_on_one_warm_instance_and_its_idle_time_is_bil
     log = world.instances.log(iid)
     assert "ran first 1 0 t0k'en" in log
     assert "ran second 1 0 t0k'en" in log
+    # the instance's disk outlives the job: the first downloaded, the second found it there
+    assert [ln for ln in log.splitlines() if ln.startswith("cache")] == [
+        "cache downloaded",
+        "cache found",
+    ]
     tags = {t["Key"]: t["Value"] for t in _describe(world, iid).get("Tags", [])}
     assert (tags["budgeteer:job"], tags["budgeteer:attempt"]) == ("second", "1")
     backend.release_idle()  # idle_timeout 0: given back at once

@@ -404,3 +404,43 @@ def test_the_sandbox_holds_to_a_pools_max_itself(tmp_path: Path) -> None:
     assert fresh.launched_at == clock.now()
     for handle in (taken, fresh):
         backend.stop(handle, "done")
+
+
+def test_what_a_job_leaves_in_its_instances_cache_the_next_job_there_finds(tmp_path: Path) -> None:
+    """``BUDGETEER_CACHE_DIR`` is the instance's disk: a dataset the first job downloaded is
+    there for the next job on the same warm instance, and not on another instance."""
+    clock = ManualClock(T0)
+    backend = _pooled_sandbox(tmp_path, clock, timeout=3600.0)
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+    code = (
+        "import os, pathlib, sys; d = pathlib.Path(os.environ['BUDGETEER_CACHE_DIR']);"
+        " f = d / 'dataset'; print('found' if f.exists() else 'downloaded', d.parent.name);"
+        " f.write_text('rows')"
+    )
+
+    def run(job: str, instances: int = 1) -> tuple[Handle, str]:
+        out = tmp_path / f"{job}.log"
+        request = LaunchRequest(
+            job,
+            1,
+            od,
+            ("/bin/sh", "-c", f'{sys.executable} -c "{code}" >> {out}'),
+            tmp_path / job,
+            instances=instances,
+        )
+        handle = backend.launch(request)
+        for _ in range(2000):
+            if backend.status(handle).state.is_final:
+                return handle, out.read_text()
+            clock.advance(1)
+            time.sleep(0.01)
+        raise AssertionError(f"{job} did not finish")
+
+    first, said = run("a")
+    assert said.split() == ["downloaded", first.instance_ids[0]]
+    second, said = run("b")  # on a's warm instance: the dataset is there
+    assert second.instance_ids == first.instance_ids
+    assert said.split() == ["found", first.instance_ids[0]]
+    pair, said = run("c", 2)  # two fresh instances (one warm is not two): each its own disk
+    assert not set(pair.instance_ids) & set(first.instance_ids)
+    assert sorted(said.splitlines()) == sorted(f"downloaded {i}" for i in pair.instance_ids)

@@ -270,6 +270,8 @@ def run_job(
     folder = Path(args.workdir) / name
     checkpoints = Checkpoints(s3, args.bucket, job.checkpoint_prefix, folder)
     checkpoints.get()
+    cache = Path(args.workdir) / "cache" / (instance_id or "instance")
+    cache.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ) | job.env
     env |= {
         "BUDGETEER_CHECKPOINT_DIR": str(folder),
@@ -279,6 +281,9 @@ def run_job(
         # where the folder is kept between attempts (the agent syncs it; a job that writes
         # large checkpoints itself may put them there directly)
         "BUDGETEER_CHECKPOINT_S3": f"s3://{args.bucket}/{job.checkpoint_prefix}/",
+        # the instance's own disk, kept while the instance lives: what a job leaves there (its
+        # dataset, say) is still there for the next job when the instance is kept warm
+        "BUDGETEER_CACHE_DIR": str(cache),
     }
     env.pop("BUDGETEER_IMDS_URL", None)
     proc = subprocess.Popen(job.command, env=env, cwd=folder, start_new_session=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -66,6 +67,8 @@ from budgeteer.backends.warm import FileDoc, WarmInstances
 from budgeteer.clock import Clock
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -345,6 +348,15 @@ class SandboxBackend(MarketPrices):
         own = job_variables(req)
         if self.run_as is not None:  # its own folder is its home and working folder
             own |= {"HOME": str(req.checkpoint_dir), "USER": self.run_as.name}
+        # each instance's disk, kept as long as the instance: what a job leaves there (its
+        # dataset, say) is still there for the next job on the instance when it is kept warm
+        caches = [self.workdir / "instances" / iid / "cache" for iid in a.handle.instance_ids]
+        try:
+            for cache in caches:
+                prepare_private_folder(cache, self.run_as)
+            own["BUDGETEER_CACHE_DIRS"] = os.pathsep.join(str(c) for c in caches)
+        except OSError as exc:  # the job runs without one (it is a saving, not a need)
+            log.warning("no cache folder for %s: %s", a.handle.id, exc)
         env = job_environment(os.environ, self.pass_env, own)
         a.log_path.parent.mkdir(parents=True, exist_ok=True)
         shim = [sys.executable, "-m", "budgeteer.backends.shim", str(a.state_dir)]
@@ -354,11 +366,11 @@ class SandboxBackend(MarketPrices):
         command = list(req.command)
         if self.run_as is not None and "/" in command[0]:  # it starts elsewhere: pin the path
             command[0] = os.path.abspath(command[0])
-        with open(a.log_path, "ab") as log:
+        with open(a.log_path, "ab") as out:
             a.process = subprocess.Popen(
                 [*shim, "--", *command],
                 env=env,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # as another user, its own folder (it may not act in the service's); else the

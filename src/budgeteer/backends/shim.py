@@ -85,9 +85,13 @@ def main(argv: list[str]) -> int:
         drop = {"user": uid, "group": gid, "extra_groups": [], "umask": 0o077}
     children: list[subprocess.Popen[bytes]] = []
     try:
+        caches = os.environ.get("BUDGETEER_CACHE_DIRS", "").split(os.pathsep)
         for rank in range(instances):
             env = {**os.environ, "BUDGETEER_NODE_RANK": str(rank)}
             env["BUDGETEER_NUM_NODES"] = str(instances)
+            env.pop("BUDGETEER_CACHE_DIRS", None)
+            if rank < len(caches) and caches[rank]:  # its instance's disk (see the sandbox)
+                env["BUDGETEER_CACHE_DIR"] = caches[rank]
             children.append(subprocess.Popen(parsed.command, env=env, **drop))
     except OSError as exc:  # not executable by the job's user, or gone since the launch check
         print(f"budgeteer shim: cannot start {parsed.command[0]!r}: {exc}", file=sys.stderr)
