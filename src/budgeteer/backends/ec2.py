@@ -138,7 +138,7 @@ class Ec2Backend(CatalogPrices):
         self.interruptions = InterruptionQueue(settings.interruption_queue_url)
         self._interrupted = self.interruptions.warned  # instance ids AWS warned about
         self.pools = Ec2Pools(
-            settings, namespace, pools or {}, self.offerings, self._call, self._terminate
+            settings, namespace, pools or {}, self.offerings, self._call, self._terminate, clock.now
         )
         self.warm_starts: set[str] = set()  # attempts (keys) started on warm instances
 
@@ -310,11 +310,12 @@ class Ec2Backend(CatalogPrices):
                 self.pools.left(self.offerings[handle.offering_id], handle, at)
             else:
                 self._terminate(ids)
-        finally:
+        except BaseException:
             with self._lock:
                 attempt.ending = False
+            raise
         with self._lock:
-            attempt.final = status
+            attempt.final, attempt.ending = status, False
 
     # -- pools (see :mod:`budgeteer.backends.ec2_pools`) ------------------------------------
     def pool_settings(self) -> dict[str, PoolSettings]:

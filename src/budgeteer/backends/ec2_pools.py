@@ -27,7 +27,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
@@ -127,6 +127,7 @@ class Ec2Pools:
         offerings: Mapping[str, Offering],
         call: Callable[..., Any],
         terminate: Callable[[tuple[str, ...]], None],
+        now: Callable[[], datetime],
     ) -> None:
         self.ec2 = settings
         self.namespace = namespace
@@ -134,6 +135,7 @@ class Ec2Pools:
         self.offerings = offerings
         self.call = call
         self.terminate = terminate
+        self.now = now  # the backend's clock
         doc = S3Doc(call, settings.bucket, f"{deployment_root(settings, namespace)}/pools.json")
         self._warm = WarmInstances(pools, doc)
         self._restored = False
@@ -158,7 +160,7 @@ class Ec2Pools:
             return {}
         with self._lock:
             try:
-                return self._ready(datetime.now(UTC)).counts()
+                return self._ready(self.now()).counts()
             except PoolStateError:
                 raise  # a document that is there but wrong: nothing is guessed
             except Exception as exc:
@@ -170,14 +172,14 @@ class Ec2Pools:
         if not self.settings:
             return set()
         with self._lock:
-            return set(self._ready(datetime.now(UTC)).instance_ids())
+            return set(self._ready(self.now()).instance_ids())
 
     def take_idle(self) -> list[IdleTime]:
         """The idle stretches ended since the last call."""
         if not self.settings:
             return []
         with self._lock:
-            return self._ready(datetime.now(UTC)).take_billed()
+            return self._ready(self.now()).take_billed()
 
     def user_data(self, offering_id: str) -> str:
         """The bootstrap of a pooled offering's new instances."""
