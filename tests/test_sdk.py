@@ -58,6 +58,12 @@ def test_works_without_a_scheduler(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     sdk.save_checkpoint(b"x", 1)
     sdk.report(step=1, loss=0.5)
     assert (tmp_path / "checkpoints" / "ckpt-000000000001.bin").exists()
+    monkeypatch.delenv("BUDGETEER_CACHE_DIR", raising=False)
+    assert sdk.cache_dir() == Path("cache")
+    assert (tmp_path / "cache").is_dir()
+    monkeypatch.setenv("BUDGETEER_CACHE_DIR", str(tmp_path / "disk" / "cache"))
+    assert sdk.cache_dir() == tmp_path / "disk" / "cache"
+    assert sdk.cache_dir().is_dir()
 
 
 def test_report_writes_json_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,16 @@ def checkpoint_dir() -> Path:
     return path
 
 
+def cache_dir() -> Path:
+    """A folder on this instance's own disk that outlives the job (``$BUDGETEER_CACHE_DIR``,
+    where the backend gives one — the sandbox, EC2 — else ``./cache``; created): keep what the
+    job downloads there and look for it first, and the next job on a warm pooled instance finds
+    it (docs/pools.md). Not shared between instances, nor kept past the instance."""
+    path = Path(os.environ.get("BUDGETEER_CACHE_DIR", "cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
