@@ -4,6 +4,8 @@ attempts and take the next job from their S3 mailbox — no second ``RunInstance
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import shlex
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from budgeteer.backends import ec2_agent
 from budgeteer.backends.base import CapacityUnavailable, Handle, RunState
 from budgeteer.backends.ec2 import Ec2Backend
 from budgeteer.backends.ec2_agent import Assignment
@@ -189,3 +192,69 @@ def test_an_agent_waits_its_pools_timeout_and_an_hour_or_for_ever_under_a_min(
     assert flag(_pooled(world, minimum=1), "--warm-limit") == "inf"
     assert flag(_pooled(world), "--warm-limit") == "3600"
     assert flag(_pooled(world), "--pool-prefix") == f"budgeteer/{world.namespace}/instances"
+
+
+class _S3:
+    """An in-memory stand-in for the few S3 calls the agent's waiting loop makes."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = dict(objects)
+
+    def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's
+        if Key not in self.objects:
+            raise KeyError(Key)
+        return {}
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+    def delete_object(self, Bucket: str, Key: str) -> None:  # noqa: N803
+        self.objects.pop(Key, None)
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes) -> None:  # noqa: N803
+        self.objects[Key] = Body
+
+
+class _Imds:
+    def __init__(self, action: str | None = None) -> None:
+        self.action = action
+
+    def get(self, path: str) -> str | None:
+        return self.action if path == "spot/instance-action" else None
+
+
+def _agent_args(limit: float) -> argparse.Namespace:
+    return ec2_agent.parser().parse_args(
+        [
+            *("--bucket", "b", "--pool-prefix", "p/instances", "--workdir", "/unused"),
+            *("--warm-limit", str(limit), "--poll", "0.01"),
+        ]
+    )
+
+
+def test_a_pooled_agent_leaves_after_its_limit_a_release_or_the_markets_notice() -> None:
+    s3 = _S3({})
+    assert ec2_agent.serve_pool(_agent_args(0.2), _Imds(), s3, "i-1") == 0  # nothing came: left
+    assert s3.objects == {}
+    forever = _agent_args(float("inf"))
+    assert (
+        ec2_agent.serve_pool(forever, _Imds(), _S3({"p/instances/i-1/release": b"1"}), "i-1") == 0
+    )
+    assert ec2_agent.serve_pool(forever, _Imds("terminate"), _S3({}), "i-1") == 0
+
+
+def test_a_malformed_assignment_fails_its_attempt_instead_of_hanging_it() -> None:
+    bad = {"attempt_prefix": "p/attempts/k", "rank": 1, "nodes": 2, "env": {}, "command": []}
+    s3 = _S3(
+        {
+            "p/instances/i-1/next.json": json.dumps(bad).encode(),
+            "p/instances/i-2/next.json": b"{not json",
+        }
+    )
+    assert ec2_agent.serve_pool(_agent_args(0.1), _Imds(), s3, "i-1") == 0
+    assert "p/instances/i-1/next.json" not in s3.objects  # taken out of the mailbox
+    record = json.loads(s3.objects["p/attempts/k/exit-1.json"])
+    assert (record["code"], record["instance_id"]) == (2, "i-1")  # the backend: failed, code 2
+    before = dict(s3.objects)
+    assert ec2_agent.serve_pool(_agent_args(0.1), _Imds(), s3, "i-2") == 0
+    assert set(s3.objects) == set(before) - {"p/instances/i-2/next.json"}  # nowhere to say it

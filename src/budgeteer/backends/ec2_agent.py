@@ -238,12 +238,32 @@ def serve_pool(args: argparse.Namespace, imds: Imds, s3: Any, instance_id: str) 
         _quietly(lambda: s3.delete_object(Bucket=args.bucket, Key=f"{mailbox}/next.json"))
         try:
             job = Assignment.parse(text)
-        except ValueError as exc:  # nothing to run; the backend sees no exit and no job
-            print(f"budgeteer agent: ignoring a malformed assignment: {exc}", file=sys.stderr)
+        except ValueError as exc:  # nothing to run: say so where the attempt's exit goes
+            print(f"budgeteer agent: a malformed assignment: {exc}", file=sys.stderr)
+            _refused(s3, args.bucket, text, instance_id)
             continue
         code = run_job(args, imds, s3, instance_id, job)
         idle_since = time.monotonic()
     return code
+
+
+def _refused(s3: Any, bucket: str, text: str, instance_id: str) -> None:
+    """An assignment that cannot run: exit code 2 in its attempt's exit record when it names
+    the attempt and the rank (the backend then calls the attempt failed, not running for
+    ever); nothing when it does not."""
+    try:
+        doc = json.loads(text)
+        prefix, rank = doc["attempt_prefix"], int(doc["rank"])
+    except (ValueError, TypeError, KeyError):
+        return
+    if not isinstance(prefix, str) or not prefix or rank < 0:
+        return
+    record = {"code": 2, "notice": None, "ended_at": _now(), "instance_id": instance_id}
+    _quietly(
+        lambda: s3.put_object(
+            Bucket=bucket, Key=f"{prefix}/exit-{rank}.json", Body=json.dumps(record).encode()
+        )
+    )
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:
