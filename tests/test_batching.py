@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgeteer.core import Allocation, HoldReason, Plan, Snapshot, plan_cycle
-from budgeteer.core.pools import PoolSettings, PoolView, pooled_offerings
-from budgeteer.domain.job import Job
+from budgeteer.core.pools import PoolSettings, PoolView, pooled_offerings, warm_data
+from budgeteer.domain.job import DataSource, Job
 from budgeteer.domain.tier import Tier
 from builders import NOW, make_job, make_offering, make_snapshot
 
@@ -256,3 +256,37 @@ def test_pooled_offerings_price_warm_instances_and_cap_at_max() -> None:
     small = (dataclasses.replace(base[0], max_instances=2),)
     [both] = pooled_offerings(small, (PoolView(PoolSettings(T4, 0, 3, 0.0, BOOT, 0.0), 0),))
     assert both.max_instances == 2
+
+
+# -- a warm instance holding the job's data: no egress there --------------------------------
+
+DATA = "s3://fraud/features/2026-12"
+
+
+def _far_pool(held: tuple[tuple[str, int], ...], *, uri: str | None = DATA) -> Plan:
+    """A 500 GB dataset in us-east-1; a pooled T4 in us-west-2 (one warm instance holding
+    ``held``), a cheaper T4 beside it that needs no boot either (it would prune the pooled one
+    were their egress the same), and a dearer T4 beside the data. Moving the data costs $10,
+    the work cents."""
+    job = dataclasses.replace(_job("a"), data=DataSource("aws/us-east-1", 500.0, uri))
+    pools = (PoolView(PoolSettings(T4, 0, 8, 0.0, BOOT, 0.0), 1, held),)
+    offerings = [
+        make_offering(T4, accelerator="T4", price=0.5, region="us-west-2", startup_seconds=BOOT),
+        make_offering("t4-west", accelerator="T4", price=0.4, region="us-west-2"),
+        make_offering("t4-near", accelerator="T4", price=0.9, startup_seconds=BOOT),
+    ]
+    return plan_cycle(
+        make_snapshot([job], list(pooled_offerings(tuple(offerings), pools)), pools=pools)
+    )
+
+
+def test_a_warm_instance_holding_the_jobs_data_is_priced_without_its_egress() -> None:
+    # the warm instance holds the dataset: no transfer, the cheaper far pool wins
+    [launch] = _far_pool(((DATA, 1),)).admissions
+    assert launch.placement.offering_id == T4
+    assert launch.placement.egress_usd == 0.0
+    # it holds another dataset (or the job names none): the data is moved, the near one wins
+    for held, uri in ((("s3://other", 1),), DATA), (((DATA, 1),), None):
+        [launch] = _far_pool(held, uri=uri).admissions
+        assert launch.placement.offering_id == "t4-near"
+    assert warm_data((PoolView(PoolSettings(T4), 1, ((DATA, 1), ("x", 0))),)) == {DATA: ((T4, 1),)}

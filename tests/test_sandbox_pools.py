@@ -258,6 +258,7 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
                 "batch_wait_seconds": 900.0,
                 "batch_wait_seconds_by_tier": {},
                 "warm_instances": 1,  # the job's instance, idle since it ended
+                "warm_data": {},  # its job named no dataset
             }
         }
         text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
@@ -287,10 +288,18 @@ def _pooled_sandbox(tmp_path: Path, clock: ManualClock, timeout: float) -> Sandb
     )
 
 
-def _run(backend: SandboxBackend, clock: ManualClock, job: str, instances: int) -> Handle:
+def _run(
+    backend: SandboxBackend, clock: ManualClock, job: str, instances: int, data: str | None = None
+) -> Handle:
     od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
     request = LaunchRequest(
-        job, 1, od, (sys.executable, "-c", "0"), Path("/tmp") / job, instances=instances
+        job,
+        1,
+        od,
+        (sys.executable, "-c", "0"),
+        Path("/tmp") / job,
+        instances=instances,
+        data_uri=data,
     )
     handle = backend.launch(request)
     for _ in range(2000):
@@ -444,3 +453,35 @@ def test_what_a_job_leaves_in_its_instances_cache_the_next_job_there_finds(tmp_p
     pair, said = run("c", 2)  # two fresh instances (one warm is not two): each its own disk
     assert not set(pair.instance_ids) & set(first.instance_ids)
     assert sorted(said.splitlines()) == sorted(f"downloaded {i}" for i in pair.instance_ids)
+
+
+def test_a_job_takes_the_warm_instance_that_holds_its_data(tmp_path: Path) -> None:
+    """Each warm instance remembers the dataset its last job named (``data.uri``); a launch
+    naming it takes that instance rather than the most recently idle one, and a restarted
+    sandbox still knows which holds what."""
+    clock = ManualClock(T0)
+    backend = _pooled_sandbox(tmp_path, clock, timeout=3600.0)
+    od = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+    fraud, recs = (  # at once: two fresh instances
+        backend.launch(
+            LaunchRequest(job, 1, od, (sys.executable, "-c", "0"), tmp_path / job, data_uri=uri)
+        )
+        for job, uri in (("a", "s3://fraud"), ("b", "s3://recs"))
+    )
+    for _ in range(2000):
+        if all(backend.status(h).state.is_final for h in (fraud, recs)):
+            break
+        clock.advance(1)
+        time.sleep(0.01)
+    assert fraud.instance_ids != recs.instance_ids
+    assert backend.warm_data() == {"od": {"s3://fraud": 1, "s3://recs": 1}}
+    again = _pooled_sandbox(tmp_path, clock, timeout=3600.0)  # a restart: still known
+    assert again.warm_data() == backend.warm_data()
+    # neither is idle longer than the other; the job's data is on fraud's
+    second = _run(again, clock, "c", 1, data="s3://fraud")
+    assert second.instance_ids == fraud.instance_ids
+    assert again.warm_data() == {"od": {"s3://fraud": 1, "s3://recs": 1}}  # c left it too
+    # a job naming no data takes the most recently idle (c's, just ended) and leaves none
+    third = _run(again, clock, "d", 1)
+    assert third.instance_ids == fraud.instance_ids
+    assert again.warm_data() == {"od": {"s3://recs": 1}}

@@ -30,7 +30,7 @@ budget_usd: 400              # cap for this run, optional
 depends_on: [{job: features-a, on: success}]   # success | any | failure
 spot: {allowed: true, max_preemptions: 3}
 strategy: {full_reference_hours: 12, incremental_reference_hours: 2}   # optional
-data: {location: aws/us-east-1, size_gb: 500}  # for egress, optional
+data: {location: aws/us-east-1, size_gb: 500, uri: s3://fraud/2026-12}  # optional
 command: [python, train.py]
 """
 
@@ -62,7 +62,7 @@ def test_the_issue_example_is_the_contract() -> None:
     assert job.spot.max_preemptions == 3
     assert job.incremental_reference_hours == 2
     assert job.data is not None
-    assert job.data.size_gb == 500
+    assert (job.data.size_gb, job.data.uri) == (500, "s3://fraud/2026-12")
     assert job.command == ("python", "train.py")
     assert job.seq == 7
 
@@ -112,6 +112,12 @@ BASE: dict[str, Any] = {"name": "a", "team": "t", "work": {"reference_hours": 1}
         ({"sla": "4h", "deadline": "2026-12-03T00:00:00Z"}, "(root)", "not both"),
         ({"name": "bad name!"}, "name", "pattern"),
         ({"data": {"location": "us-east-1", "size_gb": 1}}, "data.location", "pattern"),
+        (
+            {"data": {"location": "aws/us-east-1", "size_gb": 1, "uri": "s3://a b"}},
+            "data.uri",
+            "pattern",
+        ),
+        ({"data": {"location": "aws/us-east-1", "size_gb": 1, "uri": ""}}, "data.uri", "pattern"),
         ({"depends_on": [{"job": "x", "on": "maybe"}]}, "depends_on[0].on", "'success'"),
         ({"on_deadline_miss": "retry"}, "on_deadline_miss", "'run' or 'cancel'"),
         (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from budgeteer.domain.job import DeadlineMiss, Webhook
+from budgeteer.domain.job import DataSource, DeadlineMiss, Webhook
 from budgeteer.domain.job import JobState as S
 from budgeteer.domain.lifecycle import TRANSITIONS, IllegalTransition, state_from_events
 from budgeteer.domain.outcome import AttemptOutcome
@@ -51,6 +51,7 @@ def test_submitted_jobs_round_trip(store: Store) -> None:
         job,
         webhook=Webhook("https://hooks.example.com/j", "s3cret-key"),
         on_deadline_miss=DeadlineMiss.CANCEL,
+        data=DataSource("aws/us-east-1", 500, "s3://churn/2026-12"),
     )
     parent = make_job("features", seq=0)
     result = store.submit([parent, job], at=NOW)

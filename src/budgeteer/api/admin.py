@@ -131,6 +131,7 @@ def _pool(view: PoolView) -> dict[str, Any]:
         "batch_wait_seconds": s.batch_wait_seconds,
         "batch_wait_seconds_by_tier": {t.name: w for t, w in s.batch_wait_by_tier},
         "warm_instances": view.idle,
+        "warm_data": dict(view.data),
     }
 
 

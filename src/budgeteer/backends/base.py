@@ -74,6 +74,9 @@ class LaunchRequest:
     #: when the scheduler bills the attempt from (its start): a warm instance it takes stops
     #: idling there, so no moment is billed twice (``None``: the backend's clock)
     billed_from: datetime | None = None
+    #: the job's dataset (``data.uri``): a pooled backend takes a warm instance holding it
+    #: first, and remembers it on the instances this attempt leaves warm
+    data_uri: str | None = None
 
     def taken_at(self, now: datetime) -> datetime:
         """When a warm instance this attempt takes stops idling: its billing start, never
@@ -261,4 +264,9 @@ class WarmPools(Protocol):
 
     def warm_instances(self) -> dict[str, int]:
         """Idle instances by offering id (offerings without any may be left out)."""
+        ...
+
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """By offering id, the datasets (``uri``) its idle instances hold and on how many:
+        those the last job on each instance ran with (offerings without any left out)."""
         ...

@@ -44,8 +44,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from budgeteer.backends.base import (
@@ -65,6 +64,7 @@ from budgeteer.backends.ec2_launch import (
     CAPACITY_CODES,
     SPOT_TERMINATION,
     TRANSIENT_CODES,
+    Ec2Attempt,
     Ec2Settings,
     Ec2Unavailable,
     InterruptionQueue,
@@ -100,17 +100,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class _Attempt:
-    handle: Handle
-    key: str
-    stop_reason: str | None = None
-    stop_at: datetime | None = None
-    interrupted: bool = False
-    final: Status | None = None
-    ending: bool = False
-
-
 class Ec2Backend(CatalogPrices):
     """Attempts as EC2 instances (see the module docstring)."""
 
@@ -134,7 +123,7 @@ class Ec2Backend(CatalogPrices):
         self._client = session or self._boto_client
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._attempts: dict[str, _Attempt] = {}
+        self._attempts: dict[str, Ec2Attempt] = {}
         self.interruptions = InterruptionQueue(settings.interruption_queue_url)
         self._interrupted = self.interruptions.warned  # instance ids AWS warned about
         self.pools = Ec2Pools(
@@ -212,7 +201,7 @@ class Ec2Backend(CatalogPrices):
         if pooled:
             self.pools.launched(ids, request, handle.launched_at)
         with self._lock:
-            self._attempts[key] = _Attempt(handle, key)
+            self._attempts[key] = Ec2Attempt(handle, key, data_uri=request.data_uri)
         return handle
 
     def _take_warm(self, request: LaunchRequest, key: str) -> Handle | None:
@@ -224,7 +213,7 @@ class Ec2Backend(CatalogPrices):
             return None
         handle = Handle.of(self.name, key, request, ids, now)
         with self._lock:
-            self._attempts[key] = _Attempt(handle, key)
+            self._attempts[key] = Ec2Attempt(handle, key, data_uri=request.data_uri)
             self.warm_starts.add(key)
         return handle
 
@@ -257,7 +246,7 @@ class Ec2Backend(CatalogPrices):
         launched = min(attempt_started(i) for i in found)
         ids = tuple(sorted(str(i["InstanceId"]) for i in found))
         handle = Handle.of(self.name, key, request, ids, launched)
-        attempt = _Attempt(handle, key)
+        attempt = Ec2Attempt(handle, key)
         prefix = self._attempt_prefix(key)
         attempt.stop_reason = self._read_text(f"{prefix}/stop")
         if attempt.stop_reason is not None:
@@ -287,7 +276,7 @@ class Ec2Backend(CatalogPrices):
         return status
 
     def _ended(
-        self, attempt: _Attempt, status: Status, instances: Mapping[str, Mapping[str, Any]]
+        self, attempt: Ec2Attempt, status: Status, instances: Mapping[str, Mapping[str, Any]]
     ) -> None:
         """The attempt ended: on a pooled offering, with every agent's exit written, the market
         not in it and the instances still running, they go warm; else they are terminated."""
@@ -307,7 +296,7 @@ class Ec2Backend(CatalogPrices):
         try:
             if keep:  # kept warm before the end is final: a failure here is tried again
                 at = status.ended_at or self.clock.now()
-                self.pools.left(self.offerings[handle.offering_id], handle, at)
+                self.pools.left(self.offerings[handle.offering_id], handle, at, attempt.data_uri)
             else:
                 self._terminate(ids)
         except BaseException:
@@ -325,6 +314,10 @@ class Ec2Backend(CatalogPrices):
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         return self.pools.counts()
+
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return self.pools.data()
 
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
@@ -377,7 +370,7 @@ class Ec2Backend(CatalogPrices):
         """Nothing to advance: EC2 runs the instances."""
 
     # -- reading the attempt's state -----------------------------------------------------
-    def _status(self, attempt: _Attempt, instances: Mapping[str, Mapping[str, Any]]) -> Status:
+    def _status(self, attempt: Ec2Attempt, instances: Mapping[str, Mapping[str, Any]]) -> Status:
         return attempt_status(
             attempt.handle,
             self._exits(attempt.key),

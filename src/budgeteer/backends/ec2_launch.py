@@ -414,3 +414,20 @@ def on_demand_sibling(offerings: Iterable[Offering], offering: Offering) -> Offe
         ),
         None,
     )
+
+
+@dataclass
+class Ec2Attempt:
+    """An attempt the EC2 backend follows: its handle and key (the S3 prefix), a stop asked
+    for (why, when), whether the market interrupted it, its final status once ended (and
+    ``ending`` while one caller ends it), and its job's dataset (``None`` for attempts found
+    again at a restart: their instances are then kept warm without it)."""
+
+    handle: Handle
+    key: str
+    stop_reason: str | None = None
+    stop_at: datetime | None = None
+    interrupted: bool = False
+    final: Status | None = None
+    ending: bool = False
+    data_uri: str | None = None

@@ -167,6 +167,19 @@ class Ec2Pools:
                 log.warning("pools: cannot read the warm instances back from S3: %s", exc)
                 return {}
 
+    def data(self) -> dict[str, dict[str, int]]:
+        """The datasets warm instances hold, by pooled offering (none while the state cannot
+        be read back: see :meth:`counts`)."""
+        if not self.settings:
+            return {}
+        with self._lock:
+            try:
+                return self._ready(self.now()).data()
+            except PoolStateError:
+                raise
+            except Exception:  # counts() says so once
+                return {}
+
     def warm_ids(self) -> set[str]:
         """The ids of every warm instance."""
         if not self.settings:
@@ -193,7 +206,8 @@ class Ec2Pools:
         """``request``'s job given to warm instances of its offering (their ids), or ``None``
         when the pool has not that many."""
         with self._lock:
-            ids = self._ready(now).take(request.offering.id, request.instances, now)
+            warm = self._ready(now)
+            ids = warm.take(request.offering.id, request.instances, now, request.data_uri)
         if ids is None:
             return None
         try:
@@ -212,10 +226,14 @@ class Ec2Pools:
             self.terminate(ids)
             raise
 
-    def left(self, offering: Offering, handle: Handle, at: datetime) -> None:
-        """The attempt ended at ``at`` with its instances still running: they go warm."""
+    def left(
+        self, offering: Offering, handle: Handle, at: datetime, data: str | None = None
+    ) -> None:
+        """The attempt ended at ``at`` with its instances still running: they go warm, holding
+        its job's dataset ``data``."""
         with self._lock:
-            self._ready(at).left(offering, handle.job_id, handle.attempt, handle.instance_ids, at)
+            warm = self._ready(at)
+            warm.left(offering, handle.job_id, handle.attempt, handle.instance_ids, at, data)
 
     def make_room(self, offering_id: str, short: int, now: datetime) -> None:
         """Give back up to ``short`` + the pool's warm instances beyond what a launch leaves

@@ -224,6 +224,11 @@ class KubernetesBackend(CatalogPrices):
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         return dict(self.pools)
 
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: none known — a node's disk is the
+        cluster's, and a pod's emptyDir goes with the pod."""
+        return {}
+
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`: per pooled offering, its nodes
         (by :func:`~budgeteer.backends.k8s_manifest.node_selector`) that are Ready, schedulable

@@ -127,7 +127,9 @@ class SandboxBackend(MarketPrices):
             self._advance()
             offering = request.offering
             now = self.clock.now()
-            reused = self._pools.take(offering.id, request.instances, request.taken_at(now))
+            reused = self._pools.take(
+                offering.id, request.instances, request.taken_at(now), request.data_uri
+            )
             warm = reused is not None
             in_use = sum(
                 a.request.instances
@@ -269,6 +271,13 @@ class SandboxBackend(MarketPrices):
         with self._lock:  # as the loop last advanced it (API threads read this too)
             return self._pools.counts()
 
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        if not self._pools.settings:
+            return {}
+        with self._lock:
+            return self._pools.data()
+
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
         if not self._pools.settings:
@@ -284,7 +293,8 @@ class SandboxBackend(MarketPrices):
         if a.preempted or a.started_at is None:
             return
         at = final.ended_at if final is not None and final.ended_at else self.clock.now()
-        self._pools.left(req.offering, req.job_id, req.attempt, a.handle.instance_ids, at)
+        ids = a.handle.instance_ids
+        self._pools.left(req.offering, req.job_id, req.attempt, ids, at, req.data_uri)
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""

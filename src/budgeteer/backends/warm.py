@@ -83,8 +83,9 @@ class FileDoc:
 
 @dataclass(eq=False, slots=True)
 class _Warm:
-    """One idle pooled instance: since when, the attempt whose end left it warm, its id, and
-    until when its idle time has been handed out for billing (``billed_from``)."""
+    """One idle pooled instance: since when, the attempt whose end left it warm, its id,
+    until when its idle time has been handed out for billing (``billed_from``), and the dataset
+    that attempt's job ran with (``data``: still in the instance's cache)."""
 
     since: datetime
     offering: Offering
@@ -92,6 +93,7 @@ class _Warm:
     attempt: int
     instance_id: str
     billed_from: datetime
+    data: str | None = None
 
 
 class WarmInstances:
@@ -108,6 +110,15 @@ class WarmInstances:
     def counts(self) -> dict[str, int]:
         """Warm instances by pooled offering (those with any)."""
         return {oid: len(w) for oid, w in self._warm.items() if w}
+
+    def data(self) -> dict[str, dict[str, int]]:
+        """By pooled offering, the datasets its warm instances hold and on how many."""
+        out: dict[str, dict[str, int]] = {}
+        for oid, idle in self._warm.items():
+            held = Counter(w.data for w in idle if w.data is not None)
+            if held:
+                out[oid] = dict(held)
+        return out
 
     def maximum(self, offering_id: str) -> int | None:
         """The most instances the offering's pool may hold at once, busy and warm (``None``:
@@ -142,13 +153,16 @@ class WarmInstances:
         self.save()
         return taken
 
-    def take(self, offering_id: str, instances: int, now: datetime) -> tuple[str, ...] | None:
-        """Take ``instances`` warm instances of the offering for a launch (the most recently
-        idle): their ids, or ``None`` when its pool has not that many."""
+    def take(
+        self, offering_id: str, instances: int, now: datetime, data: str | None = None
+    ) -> tuple[str, ...] | None:
+        """Take ``instances`` warm instances of the offering for a launch — those holding the
+        job's dataset ``data`` first, then the most recently idle: their ids, or ``None`` when
+        its pool has not that many."""
         idle = self._warm.get(offering_id, [])
         if len(idle) < instances:
             return None
-        idle.sort(key=lambda w: w.since)
+        idle.sort(key=lambda w: (data is not None and w.data == data, w.since))
         taken = idle[-instances:]
         for w in taken:
             self._end_idle(w, now)
@@ -162,14 +176,21 @@ class WarmInstances:
             self._give_back(w, now)
 
     def left(
-        self, offering: Offering, job_id: str, attempt: int, ids: tuple[str, ...], at: datetime
+        self,
+        offering: Offering,
+        job_id: str,
+        attempt: int,
+        ids: tuple[str, ...],
+        at: datetime,
+        data: str | None = None,
     ) -> None:
-        """An attempt ended at ``at``: its instances ``ids`` go warm, if its offering is
-        pooled (the caller checks the market did not take them)."""
+        """An attempt ended at ``at``: its instances ``ids`` go warm, holding its job's
+        dataset ``data``, if its offering is pooled (the caller checks the market did not take
+        them)."""
         if offering.id not in self.settings:
             return
         self._warm.setdefault(offering.id, []).extend(
-            _Warm(at, offering, job_id, attempt, iid, at) for iid in ids
+            _Warm(at, offering, job_id, attempt, iid, at, data) for iid in ids
         )
         self.save()
 
@@ -226,6 +247,7 @@ class WarmInstances:
                     "attempt": w.attempt,
                     "instance_id": w.instance_id,
                     "billed_from": w.billed_from.isoformat(),
+                    "data": w.data,
                 }
                 for idle in self._warm.values()
                 for w in idle
@@ -274,6 +296,7 @@ class WarmInstances:
                     int(w["attempt"]),
                     str(w["instance_id"]),
                     datetime.fromisoformat(w["billed_from"]),
+                    _optional_str(w.get("data")),
                 )
                 for w in doc["warm"]
             ]
@@ -281,16 +304,23 @@ class WarmInstances:
             raise PoolStateError(f"{self.doc.where}: cannot read the pools' state: {exc}") from exc
         self._idle = idle
         gone: Counter[tuple[str, datetime, str, int]] = Counter()
-        for oid, since, job_id, attempt, iid, billed in warm:
+        for oid, since, job_id, attempt, iid, billed, data in warm:
             offering = offerings.get(oid)
             if offering is None or oid not in self.settings:
                 gone[oid, billed, job_id, attempt] += 1  # no longer pooled: given back now
                 self._released.append(iid)
                 continue
             self._warm.setdefault(oid, []).append(
-                _Warm(since, offering, job_id, attempt, iid, billed)
+                _Warm(since, offering, job_id, attempt, iid, billed, data)
             )
         for (oid, billed, job_id, attempt), n in gone.items():
             if now > billed:  # their idle time billed up to now, together
                 self._idle.append(IdleTime(oid, billed, now, job_id, attempt, n))
         self.save()
+
+
+def _optional_str(value: object) -> str | None:
+    """A kept optional string (a file from before a field existed has none)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"expected a string or null, got {value!r}")

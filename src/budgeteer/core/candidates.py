@@ -27,6 +27,7 @@ from budgeteer.core.fronts import (
 from budgeteer.core.infeasible import infeasible_message, no_offering_message
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.policy import Policy
+from budgeteer.core.pools import warm_data
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import DeadlineMiss, Job
 
@@ -55,8 +56,12 @@ class Candidates:
         return best
 
 
-def _shape_key(job: Job) -> tuple[object, ...]:
+def _shape_key(job: Job, held: Mapping[str, tuple[tuple[str, int], ...]]) -> tuple[object, ...]:
+    """What a job's placements depend on; ``held``: the warm pools holding each dataset
+    (:func:`~budgeteer.core.pools.warm_data`) — a job whose data a warm instance holds is
+    priced there without its egress, so its placements there are kept apart."""
     r = job.resources
+    uri = job.data.uri if job.data else None
     return (
         r.accelerators,
         r.min_gpu_memory_gib,
@@ -66,6 +71,7 @@ def _shape_key(job: Job) -> tuple[object, ...]:
         job.spot.allowed,
         job.data.location if job.data else None,
         bool(job.work.steps_per_hour_on),
+        held.get(uri, ()) if uri is not None else (),
     )
 
 
@@ -137,8 +143,9 @@ def _nominate(
     ``due`` overrides the deadlines of the jobs planned ``late``."""
     throughput = dict(snapshot.throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
+    held = warm_data(snapshot.pools)
     for job in jobs:
-        shapes[_shape_key(job)].append(job)
+        shapes[_shape_key(job, held)].append(job)
     out: dict[str, Candidates] = {}
     fastest_of: dict[str, float] = {}
     for key, shaped in shapes.items():

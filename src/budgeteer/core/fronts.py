@@ -17,6 +17,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,7 @@ import numpy.typing as npt
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.placements import Configs, IntArray, OfferingTable, build_configs, prune
 from budgeteer.core.policy import Policy
+from budgeteer.core.pools import warm_data
 from budgeteer.core.runtime import FloatArray, evaluate, preemption_moments
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import Job
@@ -116,6 +118,14 @@ def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) ->
             venue = configs.table.venues[code]
             per_venue[rows, code] = snapshot.egress.cost_usd_many(location, venue, sizes)
     result: FloatArray = per_venue[:, configs.venue]
+    held = warm_data(snapshot.pools)
+    if held:  # a warm instance holding the job's data: nothing to move on as many instances
+        ids = {o.id: i for i, o in enumerate(configs.table.offerings)}
+        for row, job in enumerate(jobs):
+            for oid, count in held.get(job.data.uri, ()) if job.data and job.data.uri else ():
+                if oid in ids:
+                    there = (configs.offering == ids[oid]) & (configs.instances <= count)
+                    result[row, there] = 0.0
     return result
 
 
@@ -467,10 +477,14 @@ def placements(
         table = cache.table
         if table is None:  # one table of the offerings per world, shared by every shape
             table = cache.table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
+    configs = build_configs(job, table, policy)
+    held = {oid for oid, _ in cast("tuple[tuple[str, int], ...]", key[8])}
+    holding = [i for i, o in enumerate(table.offerings) if o.id in held]
     configs = prune(
-        build_configs(job, table, policy),
+        configs,
         group_by_venue=key[6] is not None,
         group_by_accelerator=bool(key[7]),
+        apart=np.isin(configs.offering, holding) if holding else None,
     )
     with cache.lock:
         cache.configs[memo_key] = configs

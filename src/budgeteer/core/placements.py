@@ -173,11 +173,18 @@ def build_configs(job: Job, table: OfferingTable, policy: Policy) -> Configs:
     )
 
 
-def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) -> Configs:
+def prune(
+    configs: Configs,
+    group_by_venue: bool,
+    group_by_accelerator: bool,
+    apart: BoolArray | None = None,
+) -> Configs:
     """Drop placements dominated for every job: no cheaper, no faster, no steadier for any work,
     checkpoint interval or restart overhead. Only placements with equal egress (same venue) and,
     for jobs with measured per-accelerator rates, equal accelerator are compared; a placement on
-    a capacity-limited offering never dominates (it may be full).
+    a capacity-limited offering never dominates (it may be full). Placements marked ``apart``
+    (on a warm pool instance holding the job's data: no egress there) are compared only among
+    themselves.
 
     A cheap pre-pass removes what the 2-D skyline (cost and time per unit of work) of each group
     dominates in all six dimensions; the exact pairwise check then runs on the survivors.
@@ -191,6 +198,8 @@ def prune(configs: Configs, group_by_venue: bool, group_by_accelerator: bool) ->
     label = (configs.venue if group_by_venue else np.zeros(m, dtype=np.int64)) * 1000 + (
         configs.accelerator if group_by_accelerator else 0
     )
+    if apart is not None:
+        label = label * 2 + apart
     keep = np.ones(m, dtype=bool)
     for code in np.unique(label):
         g = np.flatnonzero(label == code)

@@ -98,11 +98,25 @@ class PoolSettings:
 @dataclass(frozen=True, slots=True)
 class PoolView:
     """A pooled offering as the planner sees it (in :attr:`~budgeteer.core.Snapshot.pools`):
-    its settings and how many of its instances idle warm now. Its busy instances are the
-    running allocations on ``settings.name`` (the offering id)."""
+    its settings, how many of its instances idle warm now, and the datasets they hold
+    (``data``: ``(uri, idle instances holding it)``, from the jobs that ran on them). Its busy
+    instances are the running allocations on ``settings.name`` (the offering id)."""
 
     settings: PoolSettings
     idle: int = 0
+    data: tuple[tuple[str, int], ...] = ()
+
+
+def warm_data(pools: Sequence[PoolView]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """For each dataset ``uri`` a warm instance holds: the pooled offerings holding it and on
+    how many idle instances (sorted by offering id) — a job with that data placed there on
+    no more instances needs no transfer (see :func:`budgeteer.core.fronts.placements`)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for view in sorted(pools, key=lambda v: v.settings.name):
+        for uri, count in view.data:
+            if count > 0:
+                out.setdefault(uri, []).append((view.settings.name, count))
+    return {uri: tuple(held) for uri, held in out.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,10 +147,12 @@ class SpotSettings:
 
 @dataclass(frozen=True, slots=True)
 class DataSource:
-    """Where the job's training data lives (``provider/region``) and how big it is."""
+    """Where the job's training data lives (``provider/region``), how big it is, and the
+    dataset's name (``uri``: a warm instance that ran it holds it; ``None``: unnamed)."""
 
     location: str
     size_gb: float
+    uri: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,7 @@ class Launcher:
             env=self.job_env(job.id) if self.job_env else {},
             tier=job.tier,
             billed_from=attempt.started_at,
+            data_uri=job.data.uri if job.data else None,
         )
 
     def retry_after(self, job_id: str, failures: int, at: datetime) -> float:

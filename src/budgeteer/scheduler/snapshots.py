@@ -149,8 +149,9 @@ class SnapshotBuilder:
         if not (self.policy.use_pools and isinstance(self.backend, WarmPools)):
             return ()
         warm = self.backend.warm_instances()
+        data = self.backend.warm_data()
         return tuple(
-            PoolView(settings, warm.get(oid, 0))
+            PoolView(settings, warm.get(oid, 0), tuple(sorted(data.get(oid, {}).items())))
             for oid, settings in sorted(self.backend.pool_settings().items())
         )
 

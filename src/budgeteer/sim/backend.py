@@ -29,10 +29,10 @@ above its ``min``), or when the market takes a warm spot instance.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from budgeteer.backends.base import (
     Capabilities,
@@ -57,6 +57,7 @@ from budgeteer.core.speed import modelled_fraction_per_hour
 from budgeteer.domain.job import Job
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.ledger.billing import amount_usd
+from budgeteer.sim.idle import Idle, IdleStretch, Warm
 from budgeteer.sim.kernel import AFTER_CYCLE, Event, Kernel
 from budgeteer.store.base import Store
 
@@ -79,54 +80,6 @@ class _Run:
     notice: str | None = None
     preempted: bool = False
     events: tuple[Event, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class IdleStretch:
-    """One instance idle in a pool over ``[start, end)`` at one price (billed)."""
-
-    offering_id: str
-    start: datetime
-    end: datetime
-    usd_per_hour: Decimal
-    amount_usd: Decimal
-    price_source: str
-    instance_id: str = ""
-
-    @property
-    def hours(self) -> float:
-        """Its length in hours."""
-        return (self.end - self.start).total_seconds() / 3600
-
-
-@dataclass(eq=False, slots=True)
-class _Idle:
-    """One idle pooled instance: since when, its id (an attempt that takes it keeps the id:
-    one instance, one id, however many jobs), the attempt whose end left it warm (whose
-    ledger pays for its idle time) and until when that time went to the ledger."""
-
-    since: datetime
-    instance_id: str
-    job_id: str
-    attempt: int
-    billed_from: datetime
-
-
-@dataclass
-class _Warm:
-    """A pool's idle instances."""
-
-    settings: PoolSettings
-    idle: list[_Idle] = field(default_factory=list)
-
-    @property
-    def idle_since(self) -> list[datetime]:
-        """When each idle instance became idle."""
-        return [i.since for i in self.idle]
-
-    def first_since(self, since: datetime) -> _Idle:
-        """The (first) idle instance idle since ``since``."""
-        return next(i for i in self.idle if i.since == since)
 
 
 class SimBackend(MarketPrices):
@@ -163,7 +116,7 @@ class SimBackend(MarketPrices):
         self._in_use: dict[str, int] = {}  # instances of live attempts per offering
         self.fails = fails  # jobs that exit non-zero when their work is done (a failed gate)
         use = self.policy.use_pools
-        self._pools = {oid: _Warm(p) for oid, p in (pools or {}).items()} if use else {}
+        self._pools = {oid: Warm(p) for oid, p in (pools or {}).items()} if use else {}
         self.idle: list[IdleStretch] = []  # the pools' idle stretches, per instance
         self._to_bill: list[IdleTime] = []  # idle time for the ledger, not yet handed out
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
@@ -178,7 +131,7 @@ class SimBackend(MarketPrices):
         job = self.store.job(request.job_id)
         if job.work.reference_hours is None:
             raise LaunchFailed("the simulator needs work in reference hours")
-        reused = self._reusable(offering, request.instances, now)
+        reused = self._reusable(offering, request.instances, now, request.data_uri)
         warm = reused is not None
         in_use = self._in_use.get(offering.id, 0)
         limit = offering.max_instances
@@ -354,7 +307,8 @@ class SimBackend(MarketPrices):
             now = self.kernel.now
             req = run.request
             pool.idle += [
-                _Idle(now, i, req.job_id, req.attempt, now) for i in run.handle.instance_ids
+                Idle(now, i, req.job_id, req.attempt, now, req.data_uri)
+                for i in run.handle.instance_ids
             ]
             timeout = pool.settings.idle_timeout_seconds
             # after the cycle of the same instant: a job batched behind this one takes the
@@ -378,6 +332,14 @@ class SimBackend(MarketPrices):
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         return {oid: len(p.idle) for oid, p in self._pools.items() if p.idle}
 
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        held = {
+            oid: Counter(i.data for i in p.idle if i.data is not None)
+            for oid, p in self._pools.items()
+        }
+        return {oid: dict(c) for oid, c in held.items() if c}
+
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`: the idle time that ended since
         the last call, for the scheduler to bill into the ledger as the service does."""
@@ -389,18 +351,20 @@ class SimBackend(MarketPrices):
         the simulation gives instances back at the very moment their pool's sizing says."""
 
     def _reusable(
-        self, offering: Offering, instances: int, now: datetime
+        self, offering: Offering, instances: int, now: datetime, data: str | None = None
     ) -> tuple[str, ...] | None:
-        """Take ``instances`` warm instances of ``offering``'s pool for a launch (the most
-        recently idle: the others reach their timeout sooner), billing their idle time: their
-        ids, or ``None`` when the pool has not that many."""
+        """Take ``instances`` warm instances of ``offering``'s pool for a launch (those holding
+        the job's dataset ``data`` first, then the most recently idle: the others reach their
+        timeout sooner), billing their idle time: their ids, or ``None`` when the pool has not
+        that many."""
         pool = self._pools.get(offering.id)
         if pool is None:
             return None
         self._drop_revoked(offering, pool, now)
         if len(pool.idle) < instances:
             return None
-        pool.idle.sort(key=lambda i: i.since)  # stable: among equal times, the order they came
+        # stable: among equal keys, the order they came
+        pool.idle.sort(key=lambda i: (data is not None and i.data == data, i.since))
         taken = pool.idle[-instances:]
         for idle in taken:
             self._stop_idling(offering, pool, idle, now)
@@ -429,7 +393,7 @@ class SimBackend(MarketPrices):
         for since in plan.release:
             self._give_back(offering, pool, pool.first_since(since), until=now)
 
-    def _drop_revoked(self, offering: Offering, pool: _Warm, now: datetime) -> None:
+    def _drop_revoked(self, offering: Offering, pool: Warm, now: datetime) -> None:
         """Warm spot (or lent on-prem) instances the market took back since they went idle."""
         if offering.market not in REVOCABLE:
             return
@@ -438,11 +402,11 @@ class SimBackend(MarketPrices):
             if taken is not None:
                 self._give_back(offering, pool, idle, until=taken)
 
-    def _give_back(self, offering: Offering, pool: _Warm, idle: _Idle, *, until: datetime) -> None:
+    def _give_back(self, offering: Offering, pool: Warm, idle: Idle, *, until: datetime) -> None:
         self._stop_idling(offering, pool, idle, until)
         self._in_use[offering.id] = self._in_use.get(offering.id, 0) - 1
 
-    def _stop_idling(self, offering: Offering, pool: _Warm, idle: _Idle, at: datetime) -> None:
+    def _stop_idling(self, offering: Offering, pool: Warm, idle: Idle, at: datetime) -> None:
         """``idle`` leaves the pool's idle instances at ``at``: its stretch is kept (per
         instance), and the ledger's share — it and every instance the same attempt left warm
         that still idles, billed together up to ``at`` (as the sandbox and EC2 do: one entry

@@ -185,10 +185,14 @@ class StrategySpec(_Strict):
 
 
 class DataSpec(_Strict):
-    """Where the training data lives (``provider/region``) and its size, for egress pricing."""
+    """Where the training data lives (``provider/region``) and its size, for egress pricing;
+    ``uri`` names the dataset: a warm pool instance that ran a job with the same ``uri`` holds
+    it already (in its ``BUDGETEER_CACHE_DIR``), and a placement there is priced without its
+    egress."""
 
     location: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")]
     size_gb: Annotated[float, Field(ge=0, le=MAX_DATA_GB, allow_inf_nan=False)]
+    uri: Annotated[str, StringConstraints(pattern=r"^[!-~]{1,1024}$")] | None = None
 
 
 class EarlyStopSpec(_Strict):
@@ -379,7 +383,9 @@ def job_from_spec(
         incremental_reference_hours=(
             spec.strategy.incremental_reference_hours if spec.strategy else None
         ),
-        data=DataSource(spec.data.location, spec.data.size_gb) if spec.data else None,
+        data=DataSource(spec.data.location, spec.data.size_gb, spec.data.uri)
+        if spec.data
+        else None,
         checkpoint_interval_seconds=spec.checkpoint.interval_minutes * 60.0,
         restart_overhead_seconds=spec.checkpoint.restart_overhead_minutes * 60.0,
         command=tuple(spec.command),

@@ -56,7 +56,11 @@ def job_to_dict(job: Job) -> dict[str, Any]:
             ],
         },
         "incremental_reference_hours": job.incremental_reference_hours,
-        "data": {"location": job.data.location, "size_gb": job.data.size_gb} if job.data else None,
+        "data": (
+            {"location": job.data.location, "size_gb": job.data.size_gb, "uri": job.data.uri}
+            if job.data
+            else None
+        ),
         "checkpoint_interval_seconds": job.checkpoint_interval_seconds,
         "restart_overhead_seconds": job.restart_overhead_seconds,
         "command": list(job.command),
@@ -106,7 +110,11 @@ def job_from_dict(d: dict[str, Any], state: JobState) -> Job:
             tuple(SwitchRule(a, b, c) for a, b, c in d["spot"]["switch_rules"]),
         ),
         incremental_reference_hours=d["incremental_reference_hours"],
-        data=DataSource(d["data"]["location"], d["data"]["size_gb"]) if d["data"] else None,
+        data=(
+            DataSource(d["data"]["location"], d["data"]["size_gb"], d["data"].get("uri"))
+            if d["data"]
+            else None
+        ),
         checkpoint_interval_seconds=d["checkpoint_interval_seconds"],
         restart_overhead_seconds=d["restart_overhead_seconds"],
         command=tuple(d["command"]),
