@@ -257,3 +257,27 @@ def test_the_example_ray_config_plans_on_its_placements(tmp_path: Path) -> None:
     sched = build(cfg, root).scheduler()
     assert sched.backend.name == "ray"
     assert {o.id for o in sched.catalog.offerings} == set(cfg.backend.placements)  # type: ignore[union-attr]
+
+
+def test_a_pool_on_ray_counts_free_units_and_holds_to_its_max(
+    cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """A pooled Ray offering's warm instances are the free units of its resource on the live
+    nodes (one ``budgeteer-pool`` unit on each of the two); its ``max`` bounds what budgeteer
+    runs there at once, before the cluster's own capacity."""
+    from budgeteer.core.pools import PoolSettings  # noqa: PLC0415
+
+    pools = {POOL.id: PoolSettings(POOL.id, 0, 1, 0.0, 0.0, 600.0)}
+    b = RayBackend(
+        ManualClock(T0), cluster.address, PLACEMENTS, gcs_address=cluster.gcs, pools=pools
+    )
+    assert b.pool_settings() == pools
+    assert b.warm_instances() == {POOL.id: 2}
+    first = b.launch(_request(tmp_path, [PY, "-c", "import time; time.sleep(600)"], offering=POOL))
+    assert b.warm_instances() == {POOL.id: 1}
+    with pytest.raises(CapacityUnavailable, match=r"1 of 1 instances in use \(the pool's max\)"):
+        b.launch(_request(tmp_path, [PY, "-c", "0"], offering=POOL))
+    assert b.warm_data() == {}
+    b.stop(first, "make room")
+    assert settle(b, first).state is RunState.STOPPED
+    assert b.warm_instances() == {POOL.id: 2}

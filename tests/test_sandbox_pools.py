@@ -186,7 +186,7 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
         ),
         (
             {
-                "pools": [{"offerings": "*"}],
+                "pools": [{"offerings": "*", "min": 1}],
                 "backend": {
                     "kind": "ray",
                     "address": "http://127.0.0.1:8265",
@@ -194,7 +194,18 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
                 },
             },
             "",
-            "only the sandbox, ec2 and kubernetes backends",
+            "pools[0].min: on ray the cluster keeps and removes its nodes",
+        ),
+        (
+            {
+                "pools": [{"offerings": "*", "idle_timeout": "5m"}],
+                "backend": {
+                    "kind": "slurm",
+                    "placements": {"aws/us-east-1/*/g4dn.xlarge/on_demand": {"partition": "a"}},
+                },
+            },
+            "",
+            "pools[0].idle_timeout: on slurm the cluster keeps and removes its nodes",
         ),
     ],
 )

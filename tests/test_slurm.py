@@ -15,11 +15,13 @@ import yaml
 
 from budgeteer.backends import CapacityUnavailable, LaunchFailed, LaunchRequest, RunState
 from budgeteer.backends.jobuser import resolve_job_user
-from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement, _end, _exit_code
+from budgeteer.backends.slurm import SlurmBackend, SlurmPlacement
 from budgeteer.backends.slurm_local import LocalSlurm
+from budgeteer.backends.slurm_parse import end_time, exit_code
 from budgeteer.clock import ManualClock, SystemClock
 from budgeteer.domain.job import JobState
 from budgeteer.domain.offering import Market
+from budgeteer.domain.tier import Tier
 from budgeteer.store import SqlStore
 from builders import make_offering
 from engines import (
@@ -72,23 +74,23 @@ def _request(tmp_path: Path, command: list[str], **kw: object) -> LaunchRequest:
 
 
 def test_exit_codes_are_decoded_from_the_raw_wait_status() -> None:
-    assert _exit_code(0) == 0
-    assert _exit_code(3 << 8) == 3
-    assert _exit_code(9) == -9
-    assert _exit_code(15) == -15
-    assert _exit_code(None) is None
+    assert exit_code(0) == 0
+    assert exit_code(3 << 8) == 3
+    assert exit_code(9) == -9
+    assert exit_code(15) == -15
+    assert exit_code(None) is None
 
 
 def test_an_end_time_in_whole_seconds_is_rounded_up_but_not_past_when_it_was_seen() -> None:
     launched = datetime(2026, 12, 3, 9, 0, 0, 700_000, tzinfo=UTC)
     slurm_end = int(datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC).timestamp())  # same second
-    assert _end(slurm_end, launched + timedelta(seconds=5)) == launched.replace(
+    assert end_time(slurm_end, launched + timedelta(seconds=5)) == launched.replace(
         second=1, microsecond=0
     )
-    assert _end(slurm_end, launched + timedelta(milliseconds=100)) == launched + timedelta(
+    assert end_time(slurm_end, launched + timedelta(milliseconds=100)) == launched + timedelta(
         milliseconds=100
     )
-    assert _end(None, launched) == launched
+    assert end_time(None, launched) == launched
 
 
 def test_a_job_runs_once_per_node_with_its_environment(
@@ -404,3 +406,46 @@ def test_the_example_slurm_config_plans_on_its_placements(tmp_path: Path) -> Non
     assert sched.backend.name == "slurm"
     placed = set(cfg.backend.placements)  # type: ignore[union-attr]
     assert {o.id for o in sched.catalog.offerings} == placed
+
+
+def test_a_pool_on_slurm_counts_the_partitions_idle_nodes_and_holds_to_its_max(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """A pooled Slurm offering's warm instances are its partition's idle nodes (what the
+    planner prices without a wait); its ``max`` bounds what budgeteer runs there at once."""
+    from budgeteer.core.pools import PoolSettings  # noqa: PLC0415
+
+    pools = {OD.id: PoolSettings(OD.id, 0, 1, 0.0, 0.0, 600.0)}
+    b = SlurmBackend(
+        ManualClock(T0), tmp_path / "work", PLACEMENTS, environ=cluster.env, pools=pools
+    )
+    assert b.pool_settings() == pools
+    assert b.warm_instances() == {OD.id: 2}  # both nodes of 'ondemand' idle; spot not pooled
+    first = b.launch(_request(tmp_path, [PY, "-c", "import time; time.sleep(120)"]))
+    until(lambda: b.status(first).state is RunState.RUNNING)
+    until(lambda: b.warm_instances() == {OD.id: 1})  # one node now runs the job
+    with pytest.raises(CapacityUnavailable, match=r"1 of 1 instances in use \(the pool's max\)"):
+        b.launch(_request(tmp_path, [PY, "-c", "0"], job="job-2"))
+    assert b.warm_data() == {}
+    cluster.run("scancel", first.id)
+    settle(b, first)
+    until(lambda: b.warm_instances() == {OD.id: 2})
+
+
+def test_pools_in_a_slurm_config_reach_the_backend_and_the_plans(tmp_path: Path) -> None:
+    from budgeteer.config import load_config  # noqa: PLC0415
+    from budgeteer.service.wiring import build  # noqa: PLC0415
+
+    example = Path(__file__).parents[1] / "examples" / "slurm.yaml"
+    doc = yaml.safe_load(example.read_text())
+    placed = sorted(doc["backend"]["placements"])
+    doc["pools"] = [{"offerings": placed[0], "max": 2, "batch_wait": {"P3": "1h"}}]
+    doc["store"] = f"sqlite:///{tmp_path / 'pools.db'}"
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg, _ = load_config(path)
+    sched = build(cfg, example.parent).scheduler()
+    assert isinstance(sched.backend, SlurmBackend)
+    [(oid, pool)] = sched.backend.pool_settings().items()
+    assert (oid, pool.maximum, pool.batch_wait_by_tier) == (placed[0], 2, ((Tier.P3, 3600.0),))
+    assert [v.settings.name for v in sched.snapshot().pools] == [placed[0]]

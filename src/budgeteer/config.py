@@ -317,25 +317,22 @@ class ServiceConfig(_Strict):
     pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
-    def _pools_need_a_pooling_backend(self) -> ServiceConfig:
-        if self.pools and not isinstance(
-            self.backend, SandboxConfig | Ec2Config | KubernetesConfig
-        ):
-            raise ValueError(
-                "pools: only the sandbox, ec2 and kubernetes backends keep instances warm "
-                "between jobs (a Ray or Slurm cluster's nodes stay up whatever budgeteer does); "
-                "remove pools or use kind: sandbox, ec2 or kubernetes "
-                f"(backend.kind is {self.backend.kind!r})"
-            )
-        if isinstance(self.backend, KubernetesConfig):
-            for i, pool in enumerate(self.pools):
-                if pool.min or pool.idle_timeout is not None:
-                    field = "min" if pool.min else "idle_timeout"
-                    raise ValueError(
-                        f"pools[{i}].{field}: on Kubernetes the cluster's autoscaler keeps and "
-                        "removes nodes; set the node pool's minimum and scale-down delay there "
-                        "(e.g. Karpenter's consolidateAfter) — budgeteer takes max and batch_wait"
-                    )
+    def _pools_fit_the_backend(self) -> ServiceConfig:
+        # the sandbox and EC2 keep instances themselves; on a cluster, its nodes are the warm
+        # instances and the cluster keeps and removes them: only max and batch_wait apply
+        where = {
+            "kubernetes": "the node pool's minimum and the autoscaler's scale-down delay (e.g. "
+            "Karpenter's consolidateAfter)",
+            "ray": "the node type's min_workers and the autoscaler's idle_timeout_minutes",
+            "slurm": "the partition's nodes (and its power saving's SuspendTime)",
+        }.get(self.backend.kind)
+        for i, pool in enumerate(self.pools if where else ()):
+            if pool.min or pool.idle_timeout is not None:
+                field = "min" if pool.min else "idle_timeout"
+                raise ValueError(
+                    f"pools[{i}].{field}: on {self.backend.kind} the cluster keeps and removes "
+                    f"its nodes; set {where} there — budgeteer takes max and batch_wait"
+                )
         return self
 
 

@@ -16,7 +16,7 @@ Contract (``tests/test_backend_contract.py`` runs it against every backend):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -250,6 +250,24 @@ class IdleBilling(Protocol):
     def take_idle(self) -> list[IdleTime]:
         """The idle stretches that ended since the last call (each handed out once)."""
         ...
+
+
+def check_pool_max(
+    pools: Mapping[str, PoolSettings], request: LaunchRequest, live: Iterable[Handle]
+) -> None:
+    """Refuse (as transient) a launch that would put more than its pool's ``max`` instances of
+    its offering to work at once (``live``: the backend's attempts that have not ended) — for
+    a backend whose warm instances are the cluster's (Kubernetes, Ray, Slurm)."""
+    pool = pools.get(request.offering.id)
+    if pool is None or pool.maximum is None:
+        return
+    oid = request.offering.id
+    used = sum(len(h.instance_ids) for h in live if h.offering_id == oid)
+    if used + request.instances > pool.maximum:
+        raise CapacityUnavailable(
+            f"{oid}: {used} of {pool.maximum} instances in use (the pool's max), "
+            f"{request.instances} asked for"
+        )
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
 from budgeteer.backends.ec2_launch import (
@@ -44,6 +44,7 @@ from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Offering
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How much longer than its pool's ``idle_timeout`` a pooled instance's agent waits with
 #: nothing to run before it leaves on its own (the scheduler gives instances back at the
@@ -156,28 +157,25 @@ class Ec2Pools:
     def counts(self) -> dict[str, int]:
         """Warm instances by pooled offering (none while the state cannot be read back from
         S3: the planner then plans without them, and the read is tried again next time)."""
-        if not self.settings:
-            return {}
-        with self._lock:
-            try:
-                return self._ready(self.now()).counts()
-            except PoolStateError:
-                raise  # a document that is there but wrong: nothing is guessed
-            except Exception as exc:
-                log.warning("pools: cannot read the warm instances back from S3: %s", exc)
-                return {}
+        return self._read(WarmInstances.counts)
 
     def data(self) -> dict[str, dict[str, int]]:
         """The datasets warm instances hold, by pooled offering (none while the state cannot
-        be read back: see :meth:`counts`)."""
+        be read back, as for :meth:`counts`)."""
+        return self._read(WarmInstances.data)
+
+    def _read(self, what: Callable[[WarmInstances], dict[str, T]]) -> dict[str, T]:
+        """``what`` of the warm instances, or nothing while S3 does not answer (a warning);
+        a document that is there but wrong raises (nothing is guessed)."""
         if not self.settings:
             return {}
         with self._lock:
             try:
-                return self._ready(self.now()).data()
+                return what(self._ready(self.now()))
             except PoolStateError:
                 raise
-            except Exception:  # counts() says so once
+            except Exception as exc:
+                log.warning("pools: cannot read the warm instances back from S3: %s", exc)
                 return {}
 
     def warm_ids(self) -> set[str]:

@@ -51,6 +51,7 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_pool_max,
     check_request,
     job_variables,
 )
@@ -281,20 +282,9 @@ class KubernetesBackend(CatalogPrices):
 
     def _check_pool_max(self, request: LaunchRequest) -> None:
         """Refuse a launch beyond its pool's ``max`` instances at once."""
-        pool = self.pools.get(request.offering.id)
-        if pool is None or pool.maximum is None:
-            return
         with self._lock:
-            used = sum(
-                len(a.handle.instance_ids)
-                for a in self._attempts.values()
-                if a.final is None and a.handle.offering_id == request.offering.id
-            )
-        if used + request.instances > pool.maximum:
-            raise CapacityUnavailable(
-                f"{request.offering.id}: {used} of {pool.maximum} instances in use (the pool's "
-                f"max), {request.instances} asked for"
-            )
+            live = [a.handle for a in self._attempts.values() if a.final is None]
+        check_pool_max(self.pools, request, live)
 
     # -- reading ----------------------------------------------------------------------------
     def _status(self, attempt: _Attempt) -> Status:

@@ -59,6 +59,7 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_pool_max,
     check_request,
     job_variables,
     prepare_checkpoint_dir,
@@ -66,6 +67,7 @@ from budgeteer.backends.base import (
 from budgeteer.backends.jobuser import job_environment
 from budgeteer.backends.market import CatalogPrices
 from budgeteer.clock import Clock
+from budgeteer.core.pools import PoolSettings
 from budgeteer.errors import BudgeteerError
 
 #: Words of a failed job's message that mean its node went away, not that the job failed.
@@ -122,8 +124,12 @@ class RayBackend(CatalogPrices):
         python: str = sys.executable,
         grace_seconds: float = 30.0,
         namespace: str = "",
+        pools: Mapping[str, PoolSettings] | None = None,
     ) -> None:
         self.clock = clock
+        #: pooled offerings (``max`` and ``batch_wait``; their warm instances are the free
+        #: units of their resource on the cluster's live nodes)
+        self.pools = dict(pools or {})
         self.address = address
         self.gcs_address = gcs_address
         self.python = python  # runs the gang entrypoint of multi-node attempts on the cluster
@@ -141,6 +147,9 @@ class RayBackend(CatalogPrices):
     def launch(self, request: LaunchRequest) -> Handle:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         resource = self._check(request)
+        with self._lock:
+            live = [a.handle for a in self._attempts.values() if a.final is None]
+        check_pool_max(self.pools, request, live)
         self._check_capacity(request, resource)
         sid = _submission_id(request, self.namespace)
         variables = job_variables(request)
@@ -244,11 +253,41 @@ class RayBackend(CatalogPrices):
     def poll(self) -> None:
         """Nothing to advance: Ray runs the jobs."""
 
+    # -- pools: free units on the cluster's nodes -----------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return dict(self.pools)
+
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: per pooled offering, the units of
+        its resource on live, undrained nodes that budgeteer's attempts do not hold — a job
+        placed there starts without waiting for the autoscaler. None without a GCS address,
+        or while the GCS does not answer."""
+        out: dict[str, int] = {}
+        for oid in self.pools:
+            resource = self.placements.get(oid)
+            if resource is None:
+                continue
+            try:
+                counted = self._free_units(resource)
+            except RayUnavailable:
+                return {}
+            if counted is not None and int(counted[0]) > 0:
+                out[oid] = int(counted[0])
+        return out
+
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: none known (the nodes' disks are
+        the cluster's)."""
+        return {}
+
     # -- the cluster's nodes --------------------------------------------------------------
-    def _check_capacity(self, request: LaunchRequest, resource: str) -> None:
+    def _free_units(self, resource: str) -> tuple[float, float, float] | None:
+        """``(free, used, units)`` of ``resource``: on live, undrained nodes, and held by
+        budgeteer's attempts (``None`` without a GCS address)."""
         nodes = self._nodes()
         if nodes is None:
-            return  # no GCS address: Ray queues what does not fit
+            return None
         units = sum(n.units.get(resource, 0.0) for n in nodes if not n.draining)
         with self._lock:
             used = sum(
@@ -256,6 +295,13 @@ class RayBackend(CatalogPrices):
                 for a in self._attempts.values()
                 if a.final is None and a.resource == resource
             )
+        return units - used, float(used), units
+
+    def _check_capacity(self, request: LaunchRequest, resource: str) -> None:
+        counted = self._free_units(resource)
+        if counted is None:
+            return  # no GCS address: Ray queues what does not fit
+        _, used, units = counted
         if used + request.instances > units:
             if units == 0:
                 why = f"no node carries {resource!r} now (none, or all draining)"

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,16 @@ from budgeteer.backends.base import (
     LaunchRequest,
     RunState,
     Status,
+    check_pool_max,
     check_request,
     job_variables,
     prepare_checkpoint_dir,
 )
 from budgeteer.backends.jobuser import JobUser, job_environment
 from budgeteer.backends.market import CatalogPrices
+from budgeteer.backends.slurm_parse import end_time, epoch_time, exit_code, idle_state, status_from
 from budgeteer.clock import Clock
+from budgeteer.core.pools import PoolSettings
 from budgeteer.errors import BudgeteerError
 
 #: Seconds any Slurm command may take.
@@ -122,8 +125,12 @@ class SlurmBackend(CatalogPrices):
         pass_env: tuple[str, ...] = (),
         environ: Mapping[str, str] | None = None,
         run_as: JobUser | None = None,
+        pools: Mapping[str, PoolSettings] | None = None,
     ) -> None:
         self.clock = clock
+        #: pooled offerings (``max`` and ``batch_wait``; their warm instances are the
+        #: partition's idle nodes)
+        self.pools = dict(pools or {})
         #: the user jobs run as (``sbatch --uid``; only a root service may): ``None`` → the
         #: service's own user, who is then not root
         self.run_as = run_as
@@ -141,6 +148,7 @@ class SlurmBackend(CatalogPrices):
     def launch(self, request: LaunchRequest) -> Handle:
         """See :class:`~budgeteer.backends.base.ComputeBackend`."""
         placement = self._check(request)
+        check_pool_max(self.pools, request, self.live())
         self._check_capacity(request, placement)
         hid = f"{request.job_id}.{request.attempt}"
         state_dir = self.workdir / "attempts" / hid
@@ -212,7 +220,7 @@ class SlurmBackend(CatalogPrices):
                 attempt.notice_reason = str(known.get("notice_reason", ""))
             attempt.last_state = str(known.get("last_state", "PENDING"))
             if known.get("final"):
-                attempt.final = _status_from(known["final"])
+                attempt.final = status_from(known["final"])
         record.parent.mkdir(parents=True, exist_ok=True)
         _save(attempt)
         with self._lock:
@@ -281,12 +289,44 @@ class SlurmBackend(CatalogPrices):
         prepare_checkpoint_dir(request, self.run_as)
         return placement
 
+    # -- pools: the partitions' idle nodes -------------------------------------------------
+    def pool_settings(self) -> dict[str, PoolSettings]:
+        """See :class:`~budgeteer.backends.base.WarmPools`."""
+        return dict(self.pools)
+
+    def warm_instances(self) -> dict[str, int]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: per pooled offering, the idle nodes
+        of its partition (``sinfo``) — up, running nothing: a job placed there starts without
+        waiting for one. A partition ``sinfo`` cannot list counts none."""
+        out: dict[str, int] = {}
+        for oid in self.pools:
+            placement = self.placements.get(oid)
+            if placement is None:
+                continue
+            try:
+                states = self._nodes(placement.partition)
+            except SlurmUnavailable:
+                continue
+            idle = sum(1 for state in states.values() if idle_state(state))
+            if idle:
+                out[oid] = idle
+        return out
+
+    def warm_data(self) -> dict[str, dict[str, int]]:
+        """See :class:`~budgeteer.backends.base.WarmPools`: none known (the nodes' disks are
+        the cluster's)."""
+        return {}
+
+    def _nodes(self, partition: str) -> dict[str, str]:
+        """Each node of ``partition`` and its state (``sinfo``)."""
+        out = self._run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"])
+        return dict(line.split()[:2] for line in out.splitlines() if line.strip())
+
     def _check_capacity(self, request: LaunchRequest, placement: SlurmPlacement) -> None:
         try:
-            out = self._run(["sinfo", "-h", "-N", "-p", placement.partition, "-o", "%N %t"])
+            states = self._nodes(placement.partition)
         except SlurmUnavailable as exc:
             raise CapacityUnavailable(f"{placement.partition}: sinfo failed: {exc}") from None
-        states = dict(line.split()[:2] for line in out.splitlines() if line.strip())
         if not states:
             raise LaunchFailed(
                 f"partition {placement.partition!r} has no nodes (or does not exist)"
@@ -296,7 +336,7 @@ class SlurmBackend(CatalogPrices):
                 f"partition {placement.partition!r} has {len(states)} nodes, "
                 f"{request.instances} asked for"
             )
-        idle = [n for n, state in states.items() if state.rstrip("*~#!%$@^-") == "idle"]
+        idle = [n for n, state in states.items() if idle_state(state)]
         if len(idle) < request.instances:
             raise CapacityUnavailable(
                 f"{request.offering.id}: {len(idle)} of {len(states)} nodes of partition "
@@ -357,9 +397,9 @@ class SlurmBackend(CatalogPrices):
         _save(attempt)
 
     def _final(self, attempt: _Attempt, job: dict[str, Any], state: str, now: datetime) -> Status:
-        code = _exit_code(job.get("exit_code"))
-        started = _time(job.get("start_time"))
-        ended = _end(job.get("end_time"), now)
+        code = exit_code(job.get("exit_code"))
+        started = epoch_time(job.get("start_time"))
+        ended = end_time(job.get("end_time"), now)
         if state in _LOST:
             reason = f"{state.lower()}: {job.get('state_reason') or 'node lost'}"
             return Status(RunState.PREEMPTED, code, reason, started, ended)
@@ -400,32 +440,6 @@ def _ids(slurm_id: str, instances: int) -> tuple[str, ...]:
     return tuple(f"slurm-{slurm_id}-{i}" for i in range(instances))
 
 
-def _exit_code(raw: object) -> int | None:
-    """The exit status from Slurm's raw wait status: ``N`` for ``exit N``, ``-S`` when killed
-    by signal ``S``."""
-    if not isinstance(raw, int):
-        return None
-    signal = raw & 0x7F
-    return -signal if signal else raw >> 8
-
-
-def _time(epoch: object) -> datetime | None:
-    if not isinstance(epoch, int) or epoch <= 0:
-        return None
-    return datetime.fromtimestamp(epoch, UTC)
-
-
-def _end(epoch: object, seen: datetime) -> datetime:
-    """When a job ended, for billing: Slurm keeps whole seconds (the true end lies within the
-    second after its ``end_time``), so its end rounded up — but never past the moment the end
-    was seen. (Truncated, a job ending within the second it was launched in ended "before" its
-    launch and was billed nothing.)"""
-    end = _time(epoch)
-    if end is None:
-        return seen
-    return min(end + timedelta(seconds=1), seen)
-
-
 def _live_status(attempt: _Attempt) -> Status:
     if attempt.last_state in _RUNNING:
         return Status(RunState.RUNNING)
@@ -454,13 +468,3 @@ def _save(attempt: _Attempt) -> None:
     tmp = attempt.record.with_name(".slurm.json.tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, attempt.record)
-
-
-def _status_from(d: dict[str, Any]) -> Status:
-    return Status(
-        RunState(d["state"]),
-        d.get("exit_code"),
-        str(d.get("reason", "")),
-        datetime.fromisoformat(d["started_at"]) if d.get("started_at") else None,
-        datetime.fromisoformat(d["ended_at"]) if d.get("ended_at") else None,
-    )

@@ -109,6 +109,7 @@ class Service:
         if isinstance(backend_cfg, SlurmConfig):
             backend, catalog = self._slurm(backend_cfg, workdir)
         elif isinstance(backend_cfg, RayConfig):
+            placed = self._placed(backend_cfg.placements)
             ray = RayBackend(
                 self.clock,
                 backend_cfg.address,
@@ -120,8 +121,9 @@ class Service:
                 # their attempts' submission ids must not meet
                 namespace=self.namespace(),
                 grace_seconds=backend_cfg.grace_seconds,
+                pools=pool_settings(self.config.pools, placed.offerings),
             )
-            backend, catalog = ray, self._placed(backend_cfg.placements)
+            backend, catalog = ray, placed
         elif isinstance(backend_cfg, Ec2Config):
             backend, catalog = self._ec2(backend_cfg)
         elif isinstance(backend_cfg, KubernetesConfig):
@@ -178,6 +180,7 @@ class Service:
             pass_env=tuple(cfg.pass_env),
             environ=environ,
             run_as=self.job_user(),
+            pools=pool_settings(self.config.pools, catalog.offerings),
         )
         return backend, catalog
 
