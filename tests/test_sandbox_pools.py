@@ -6,6 +6,7 @@ the attempt that left the instance warm."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -377,6 +378,21 @@ def test_an_unreadable_pools_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "pools.json").write_text('{"warm": [{"since": "yesterday"}]}')
     with pytest.raises(PoolStateError, match=r"pools\.json: cannot read the pools' state"):
+        _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0)
+    warm = {
+        "since": T0.isoformat(),
+        "offering_id": "od",
+        "job_id": "a",
+        "attempt": 1,
+        "instance_id": "a.1-0",
+        "billed_from": T0.isoformat(),
+    }
+    (tmp_path / "work" / "pools.json").write_text(json.dumps({"warm": [warm], "idle": []}))
+    assert _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0).warm_data() == {}  # older
+    (tmp_path / "work" / "pools.json").write_text(
+        json.dumps({"warm": [warm | {"data": ["s3://x"]}], "idle": []})
+    )
+    with pytest.raises(PoolStateError, match=r"expected a string or null, got \['s3://x'\]"):
         _pooled_sandbox(tmp_path, ManualClock(T0), timeout=60.0)
 
 
