@@ -290,3 +290,41 @@ def test_a_warm_instance_holding_the_jobs_data_is_priced_without_its_egress() ->
         [launch] = _far_pool(held, uri=uri).admissions
         assert launch.placement.offering_id == "t4-near"
     assert warm_data((PoolView(PoolSettings(T4), 1, ((DATA, 1), ("x", 0))),)) == {DATA: ((T4, 1),)}
+
+
+# -- a pool in another zone: the same instance type, no dearer ---------------------------------
+
+
+def _two_zones(price_b: float, running: tuple[Allocation, ...]) -> Plan:
+    """A pool of one T4 instance in zone a (batch wait 30 min); the same T4 unpooled in zone
+    b at ``price_b``."""
+    pools = (PoolView(PoolSettings(T4, 0, 1, 0.0, BOOT, WAIT), 0),)
+    offerings = [
+        make_offering(T4, accelerator="T4", price=0.5, startup_seconds=BOOT),
+        make_offering("t4-b", accelerator="T4", price=price_b, startup_seconds=BOOT),
+    ]
+    offerings[1] = dataclasses.replace(offerings[1], instance_type=offerings[0].instance_type)
+    return plan_cycle(
+        make_snapshot(
+            [_job("a")],
+            list(pooled_offerings(tuple(offerings), pools)),
+            running=running,
+            pools=pools,
+        )
+    )
+
+
+def test_a_job_placed_in_another_zone_waits_for_the_pools_instance_there() -> None:
+    busy = (_busy(10, "r1"),)  # zone a's one instance frees in 10 minutes: the pool is full
+    plan = _two_zones(0.5, busy)
+    assert _outcome(plan) == {"a": "hold:batched"}
+    [hold] = plan.holds
+    assert dict(hold.details)["offering"] == T4
+    assert hold.wake_at == NOW + timedelta(minutes=10)
+    assert "another zone" in hold.message
+    # zone b is cheaper: the job boots there as planned
+    [launch] = _two_zones(0.4, busy).admissions
+    assert launch.placement.offering_id == "t4-b"
+    # zone a's instance frees too late for the wait (40 min > 30): it boots in zone b
+    [launch] = _two_zones(0.5, (_busy(40, "r1"),)).admissions
+    assert launch.placement.offering_id == "t4-b"
