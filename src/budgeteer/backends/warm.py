@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from budgeteer.backends.base import IdleTime
 from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
@@ -79,6 +79,34 @@ class FileDoc:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)
+
+
+class Idling(Protocol):
+    """An idle pooled instance as billing reads it: the attempt whose end left it warm (whose
+    ledger pays), and until when its idle time has been handed out."""
+
+    job_id: str
+    attempt: int
+    billed_from: datetime
+
+
+IdleT = TypeVar("IdleT", bound=Idling)
+
+
+def stop_idling(idle: list[IdleT], w: IdleT, offering_id: str, at: datetime) -> IdleTime | None:
+    """``w`` leaves ``idle`` (an offering's idle instances) at ``at``: it and every instance the
+    same attempt left warm that still idles are billed up to ``at`` — the stretch returned, one
+    for as many instances, so no two entries of that attempt start at the same time — and the
+    others go on from ``at`` (``None``: nothing left to bill)."""
+    key = (w.job_id, w.attempt, w.billed_from)
+    group = [v for v in idle if (v.job_id, v.attempt, v.billed_from) == key]
+    idle.remove(w)
+    if at <= w.billed_from:
+        return None
+    stretch = IdleTime(offering_id, w.billed_from, at, w.job_id, w.attempt, len(group))
+    for v in group:
+        v.billed_from = at
+    return stretch
 
 
 @dataclass(eq=False, slots=True)
@@ -217,21 +245,10 @@ class WarmInstances:
         self.save()
 
     def _end_idle(self, w: _Warm, at: datetime) -> None:
-        """``w`` stops idling at ``at``: it and every instance the same attempt left warm that
-        still idles are billed up to ``at`` (one stretch, as many instances); the others go on
-        from ``at``."""
-        group = [
-            v
-            for v in self._warm[w.offering.id]
-            if (v.job_id, v.attempt, v.billed_from) == (w.job_id, w.attempt, w.billed_from)
-        ]
-        self._warm[w.offering.id].remove(w)
-        if at > w.billed_from:
-            self._idle.append(
-                IdleTime(w.offering.id, w.billed_from, at, w.job_id, w.attempt, len(group))
-            )
-            for v in group:
-                v.billed_from = at
+        """``w`` stops idling at ``at`` (see :func:`stop_idling`)."""
+        stretch = stop_idling(self._warm[w.offering.id], w, w.offering.id, at)
+        if stretch is not None:
+            self._idle.append(stretch)
 
     # -- on disk ----------------------------------------------------------------------------
     def save(self) -> None:

@@ -51,6 +51,7 @@ from budgeteer.backends.market import (
     SandboxMarket,
     next_available,
 )
+from budgeteer.backends.warm import stop_idling
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
 from budgeteer.core.speed import modelled_fraction_per_hour
@@ -412,19 +413,10 @@ class SimBackend(MarketPrices):
         that still idles, billed together up to ``at`` (as the sandbox and EC2 do: one entry
         per stretch, so none shares its attempt and start with another) — queued for
         :meth:`take_idle`."""
-        group = [
-            i
-            for i in pool.idle
-            if (i.job_id, i.attempt, i.billed_from) == (idle.job_id, idle.attempt, idle.billed_from)
-        ]
-        pool.idle.remove(idle)
+        stretch = stop_idling(pool.idle, idle, offering.id, at)
         self._bill_idle(offering, idle.since, at, idle.instance_id)
-        if at > idle.billed_from:
-            self._to_bill.append(
-                IdleTime(offering.id, idle.billed_from, at, idle.job_id, idle.attempt, len(group))
-            )
-            for i in group:
-                i.billed_from = at
+        if stretch is not None:
+            self._to_bill.append(stretch)
 
     def _bill_idle(
         self, offering: Offering, start: datetime, end: datetime, instance_id: str
