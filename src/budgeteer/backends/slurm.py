@@ -299,17 +299,19 @@ class SlurmBackend(CatalogPrices):
         of its partition (``sinfo``) — up, running nothing: a job placed there starts without
         waiting for one. A partition ``sinfo`` cannot list counts none."""
         out: dict[str, int] = {}
+        idle_in: dict[str, int] = {}  # one sinfo per partition, however many pools share it
         for oid in self.pools:
             placement = self.placements.get(oid)
             if placement is None:
                 continue
-            try:
-                states = self._nodes(placement.partition)
-            except SlurmUnavailable:
-                continue
-            idle = sum(1 for state in states.values() if idle_state(state))
-            if idle:
-                out[oid] = idle
+            if placement.partition not in idle_in:
+                try:
+                    states = self._nodes(placement.partition)
+                except SlurmUnavailable:
+                    states = {}
+                idle_in[placement.partition] = sum(1 for st in states.values() if idle_state(st))
+            if idle_in[placement.partition]:
+                out[oid] = idle_in[placement.partition]
         return out
 
     def warm_data(self) -> dict[str, dict[str, int]]:
