@@ -25,6 +25,7 @@ from budgeteer.store import (
     Move,
     NotFound,
     OfferingBackoff,
+    PoolCharge,
     SqlStore,
     Store,
     Submission,
@@ -266,6 +267,55 @@ def test_attempts_and_an_exact_ledger(store: Store) -> None:
     assert sum(r.amount_usd for r in rows) == Decimal("3.36000003")
     assert rows[0].start == NOW
     assert [r.instances for r in rows] == [1, 1, 2]
+
+
+def test_pool_charges_are_exact_per_team_and_never_billed_twice(store: Store) -> None:
+    """A pool's charge to its team (instances booted with no job) is kept to the digit, read
+    back per team in start order, and the same (offering, team, start) bills once."""
+    hour = timedelta(hours=1)
+    charges = [
+        PoolCharge(
+            "aws/g4",
+            "fraud",
+            NOW + hour,
+            NOW + 2 * hour,
+            Decimal("0.526"),
+            Decimal("1.052"),
+            "catalog:vms.csv",
+            ("pool-1", "pool-2"),
+        ),
+        PoolCharge(
+            "aws/g4",
+            "fraud",
+            NOW,
+            NOW + hour,
+            Decimal("0.526"),
+            Decimal("0.10000001"),
+            "catalog:vms.csv",
+            ("pool-1",),
+        ),
+        PoolCharge(
+            "aws/g4",
+            "recs",
+            NOW,
+            NOW + hour,
+            Decimal("0.526"),
+            Decimal("0.20000002"),
+            "trace:us-east-1a",
+            ("pool-3",),
+        ),
+    ]
+    assert store.pool_charge_count() == 0
+    assert [store.add_pool_charge(c) for c in charges] == [True, True, True]
+    assert store.add_pool_charge(dataclasses.replace(charges[1], end=NOW + 3 * hour)) is False
+    assert store.pool_charge_count() == 3
+    fraud = store.pool_charges("fraud")
+    assert fraud == [charges[1], charges[0]]  # by start
+    assert fraud[1].instances == 2 and fraud[1].instance_ids == ("pool-1", "pool-2")
+    assert sum(c.amount_usd for c in store.pool_charges()) == Decimal("1.35200003")
+    assert [c.team for c in store.pool_charges()] == ["fraud", "recs", "fraud"]
+    assert store.pool_charges("nobody") == []
+    assert store.ledger() == []  # a pool's charge is no job's
 
 
 def test_concurrent_transitions_let_exactly_one_win(store: Store) -> None:

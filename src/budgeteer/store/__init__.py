@@ -21,7 +21,7 @@ from budgeteer.store.base import (
     WebSession,
 )
 from budgeteer.store.memory import MemoryStore
-from budgeteer.store.records import SignalRecord, SpotDecisionRecord
+from budgeteer.store.records import PoolCharge, SignalRecord, SpotDecisionRecord
 from budgeteer.store.sql import SqlStore
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "ProgressReport",
     "SignalRecord",
     "SpotDecisionRecord",
+    "PoolCharge",
     "SqlStore",
     "Store",
     "Submission",

@@ -30,7 +30,7 @@ from budgeteer.domain.lifecycle import JobEvent
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
-from budgeteer.store.records import SignalRecord, SpotDecisionRecord
+from budgeteer.store.records import PoolCharge, SignalRecord, SpotDecisionRecord
 
 
 class NotFound(BudgeteerError):
@@ -393,6 +393,19 @@ class Store(Protocol):
         self, job_id: str | None = None, limit: int | None = 100
     ) -> list[SpotDecisionRecord]:
         """Kept spot decisions, newest first: of one job or all, at most ``limit``."""
+        ...
+
+    def add_pool_charge(self, charge: PoolCharge) -> bool:
+        """Record a pool's charge to its team; ``False`` when this (offering, team, start) was
+        already recorded (the same stretch never bills twice)."""
+        ...
+
+    def pool_charges(self, team: str | None = None) -> list[PoolCharge]:
+        """Pools' charges (to one team, or all), by start time then offering."""
+        ...
+
+    def pool_charge_count(self) -> int:
+        """How many pool charges there are (cheap: it tells readers they grew)."""
         ...
 
     def put_speed(self, speed: Speed) -> None:

@@ -16,7 +16,7 @@ from budgeteer.store.base import (
     PricePoint,
     in_force_since,
 )
-from budgeteer.store.records import SignalRecord, SpotDecisionRecord
+from budgeteer.store.records import PoolCharge, SignalRecord, SpotDecisionRecord
 
 
 class MemoryRecords:
@@ -31,6 +31,7 @@ class MemoryRecords:
         self._prices: dict[str, dict[datetime, PricePoint]] = {}
         self._signals: list[SignalRecord] = []
         self._spot_decisions: list[SpotDecisionRecord] = []
+        self._charges: dict[tuple[str, str, datetime], PoolCharge] = {}
 
     def put_backoff(self, backoff: OfferingBackoff) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -109,6 +110,26 @@ class MemoryRecords:
                 r for r in reversed(self._spot_decisions) if job_id is None or r.job_id == job_id
             ]
             return out if limit is None else out[:limit]
+
+    def add_pool_charge(self, charge: PoolCharge) -> bool:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            key = (charge.offering_id, charge.team, charge.start)
+            if key in self._charges:
+                return False
+            self._charges[key] = charge
+            return True
+
+    def pool_charges(self, team: str | None = None) -> list[PoolCharge]:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            rows = [c for c in self._charges.values() if team is None or c.team == team]
+        return sorted(rows, key=lambda c: (c.start, c.offering_id, c.team))
+
+    def pool_charge_count(self) -> int:
+        """See :class:`~budgeteer.store.base.Store`."""
+        with self._lock:
+            return len(self._charges)
 
     def put_speed(self, speed: Speed) -> None:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -1,10 +1,11 @@
-"""Append-only records the store keeps beside jobs: retraining signals and the spot decider's
-moves (re-exported by :mod:`budgeteer.store.base`, whose ``Store`` port keeps them)."""
+"""Append-only records the store keeps beside jobs: retraining signals, the spot decider's
+moves and pools' charges to teams (re-exported by :mod:`budgeteer.store.base`, whose ``Store`` port keeps them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from budgeteer.core.spot.decide import Decision, Situation
 from budgeteer.core.spot.replay import Mode
@@ -61,4 +62,28 @@ class SpotDecisionRecord:
         return Decision(self.decided, self.situation, self.safety_net)
 
 
-__all__ = ["SPOT_ACTIONS", "SignalRecord", "SpotDecisionRecord"]
+@dataclass(frozen=True, slots=True)
+class PoolCharge:
+    """Money a pool spent on instances no job asked for — booted to keep its ``min`` or ahead of
+    a scheduled burst (``warm``), idling until a job takes them or they are given back — billed
+    to the pool's ``team`` (exact, as a :class:`~budgeteer.store.base.LedgerEntry` is):
+    ``instances`` instances of ``offering_id`` over ``[start, end)`` at ``usd_per_hour`` each
+    from ``price_source``, ``amount_usd`` = price × instances × hours; ``instance_ids`` names
+    them. One charge per (offering, team, start)."""
+
+    offering_id: str
+    team: str
+    start: datetime
+    end: datetime
+    usd_per_hour: Decimal
+    amount_usd: Decimal
+    price_source: str
+    instance_ids: tuple[str, ...]
+
+    @property
+    def instances(self) -> int:
+        """How many instances the charge is for."""
+        return len(self.instance_ids)
+
+
+__all__ = ["SPOT_ACTIONS", "PoolCharge", "SignalRecord", "SpotDecisionRecord"]

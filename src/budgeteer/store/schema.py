@@ -227,6 +227,19 @@ spot_decisions = sa.Table(
     sa.Column("situation", sa.Text, nullable=False),  # JSON: the Situation's fields
 )
 
+pool_charges = sa.Table(
+    "pool_charges",
+    metadata,
+    sa.Column("offering_id", sa.String(255), primary_key=True),
+    sa.Column("team", sa.String(64), primary_key=True),
+    sa.Column("start", UtcDateTime, primary_key=True),
+    sa.Column("end", UtcDateTime, nullable=False),
+    sa.Column("usd_per_hour", ExactDecimal, nullable=False),
+    sa.Column("amount_usd", ExactDecimal, nullable=False),
+    sa.Column("price_source", sa.Text, nullable=False),
+    sa.Column("instance_ids", sa.Text, nullable=False),  # JSON: ["i-…", …]
+)
+
 job_speeds = sa.Table(
     "job_speeds",
     metadata,

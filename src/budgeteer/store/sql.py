@@ -49,6 +49,7 @@ from budgeteer.store.leader import (
     LocalLeaderLock,
     PostgresLeaderLock,
 )
+from budgeteer.store.sql_charges import PoolChargeTables
 from budgeteer.store.sql_moves import move_in
 from budgeteer.store.sql_service import ServiceTables
 from budgeteer.store.sql_submit import KeysSeen, submit_fresh, submit_in
@@ -65,7 +66,7 @@ from budgeteer.store.sql_support import (
 
 
 @retry_transient
-class SqlStore(ServiceTables):
+class SqlStore(ServiceTables, PoolChargeTables):
     """Implements :class:`~budgeteer.store.base.Store` on SQLite or PostgreSQL."""
 
     retry_delays: tuple[float, ...] = RETRY_DELAYS_SECONDS
