@@ -415,8 +415,12 @@ def test_pools_on_kubernetes_take_max_and_batch_wait_and_leave_the_rest_to_the_a
     doc = yaml.safe_load(path.read_text())
     spot = "aws/us-east-1/use1-az1/p3.2xlarge/spot"
     for pool, field in [
-        ({"min": 1}, "pools[0].min"),
+        ({"min": 1, "team": "ml"}, "pools[0].min"),
         ({"idle_timeout": "5m"}, "pools[0].idle_timeout"),
+        (
+            {"team": "ml", "warm": [{"at": "0 2 * * *", "instances": 1, "for": "1h"}]},
+            "pools[0].warm",
+        ),
     ]:
         path.write_text(yaml.safe_dump(doc | {"pools": [{"offerings": spot, **pool}]}))
         with pytest.raises(SpecErrors) as err:

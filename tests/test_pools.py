@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budgeteer.core.pools import Demand, PoolError, PoolSettings, PoolState, size_pool
+from budgeteer.core.pools import (
+    Demand,
+    PoolError,
+    PoolSettings,
+    PoolState,
+    WarmWindow,
+    size_pool,
+)
 
 NOW = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
 
@@ -44,14 +51,14 @@ def ago(minutes: float) -> datetime:
         (PoolSettings("t4"), PoolState(idle_since=(ago(5), ago(11))), Demand(), 0, 0, 1),
         # the minimum stays warm whatever the idle time
         (
-            PoolSettings("t4", minimum=1),
+            PoolSettings("t4", minimum=1, team="ml"),
             PoolState(idle_since=(ago(60), ago(90))),
             Demand(),
             1,
             0,
             1,
         ),
-        (PoolSettings("t4", minimum=2), PoolState(), Demand(), 2, 2, 0),
+        (PoolSettings("t4", minimum=2, team="ml"), PoolState(), Demand(), 2, 2, 0),
         # the maximum caps the target and the boots
         (PoolSettings("t4", maximum=3), PoolState(busy=2), Demand(now=4), 3, 1, 0),
         # above the maximum (settings lowered): idle ones go at once, timeout or not
@@ -77,6 +84,45 @@ def test_pool_sizing_table(
     assert (plan.target, plan.boot, len(plan.release)) == (target, boot, released), plan.reason
 
 
+#: 4 instances from 02:00 for an hour (a nightly burst); a 2-minute start-up
+NIGHTLY = PoolSettings(
+    "t4", team="ml", startup_seconds=120.0, warm=(WarmWindow("0 2 * * *", 4, 3600.0),)
+)
+AT_2 = datetime(2026, 12, 4, 2, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("now", "state", "target", "boot", "released"),
+    [
+        # half an hour before: nothing kept, nothing booted
+        (AT_2 - timedelta(minutes=30), PoolState(), 0, 0, 0),
+        # one start-up (2 min) ahead: booted now, so they are ready at 02:00
+        (AT_2 - timedelta(minutes=2), PoolState(), 4, 4, 0),
+        (AT_2 - timedelta(minutes=1), PoolState(idle_since=(AT_2,) * 4), 4, 0, 0),
+        # inside the window: kept however long they idle; one job busy counts toward it
+        (AT_2 + timedelta(minutes=40), PoolState(busy=1, idle_since=(AT_2,) * 3), 4, 0, 0),
+        (AT_2 + timedelta(minutes=40), PoolState(busy=2, idle_since=(AT_2,) * 1), 4, 1, 0),
+        # the window closed at 03:00: past their idle timeout, all given back (scale to zero)
+        (AT_2 + timedelta(minutes=61), PoolState(idle_since=(AT_2,) * 4), 0, 0, 4),
+        # the next night, again
+        (AT_2 + timedelta(days=1, minutes=-1), PoolState(), 4, 4, 0),
+    ],
+)
+def test_a_warm_window_boots_ahead_keeps_and_lets_go(
+    now: datetime, state: PoolState, target: int, boot: int, released: int
+) -> None:
+    plan = size_pool(NIGHTLY, state, Demand(), now)
+    assert (plan.target, plan.boot, len(plan.release)) == (target, boot, released), plan.reason
+    assert ("warm window" in plan.reason) == (target == 4)
+
+
+def test_a_window_raises_the_floor_above_min_and_never_lowers_it() -> None:
+    both = PoolSettings("t4", minimum=2, team="ml", warm=(WarmWindow("0 2 * * *", 1, 3600.0),))
+    assert both.floor(AT_2) == 2  # a smaller window does not lower min
+    assert NIGHTLY.floor(AT_2 + timedelta(minutes=59)) == 4
+    assert NIGHTLY.floor(AT_2 + timedelta(minutes=60)) == 0  # [02:00, 03:00)
+
+
 def test_the_longest_idle_go_first() -> None:
     plan = size_pool(
         PoolSettings("t4", idle_timeout_seconds=0),
@@ -97,7 +143,7 @@ def test_the_longest_idle_go_first() -> None:
 def test_sizing_never_breaks_its_bounds(
     minimum: int, extra: int, busy: int, idle: list[float], now_wanted: int
 ) -> None:
-    settings = PoolSettings("p", minimum=minimum, maximum=max(minimum, 1) + extra)
+    settings = PoolSettings("p", minimum=minimum, maximum=max(minimum, 1) + extra, team="ml")
     state = PoolState(busy=busy, idle_since=tuple(ago(m) for m in idle))
     plan = size_pool(settings, state, Demand(now=now_wanted), NOW)
     assert settings.maximum is not None
@@ -117,8 +163,16 @@ def test_sizing_never_breaks_its_bounds(
         ({"idle_timeout_seconds": -5.0}, "pools.p.idle_timeout"),
         ({"idle_timeout_seconds": float("nan")}, "pools.p.idle_timeout"),
         ({"startup_seconds": -1.0}, "pools.p.startup_seconds"),
+        ({"minimum": 1}, "pools.p.team: required with min"),
+        ({"warm": (WarmWindow("0 2 * * *", 1, 3600.0),)}, "pools.p.team: required with warm"),
+        ({"team": "ml", "warm": (WarmWindow("0 2 * *", 1, 3600.0),)}, r"pools.p.warm\[0\].at"),
+        (
+            {"team": "ml", "maximum": 2, "warm": (WarmWindow("0 2 * * *", 3, 3600.0),)},
+            r"pools.p.warm\[0\].instances: must be ≥ 1 and ≤ max \(2\)",
+        ),
+        ({"team": "ml", "warm": (WarmWindow("0 2 * * *", 1, 0.0),)}, r"pools.p.warm\[0\].for"),
     ],
 )
-def test_bad_settings_are_named(kwargs: dict[str, float], field: str) -> None:
+def test_bad_settings_are_named(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(PoolError, match=field):
         PoolSettings("p", **kwargs)  # type: ignore[arg-type]

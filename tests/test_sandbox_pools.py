@@ -174,6 +174,65 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
         ({"pools": [{"offerings": "*", "idle_timeout": "-1m"}]}, "pools[0].idle_timeout", "-1m"),
         ({"pools": [{"offerings": "*", "batch_wait": "later"}]}, "pools[0].batch_wait", "later"),
         ({"pools": [{"offerings": "*", "colour": "red"}]}, "pools[0].colour", "unknown field"),
+        ({"pools": [{"offerings": "*", "min": 1}]}, "pools[0]", "team: required with min"),
+        (
+            {
+                "pools": [
+                    {
+                        "offerings": "*",
+                        "team": "ml",
+                        "warm": [{"at": "0 2 * *", "instances": 1, "for": "1h"}],
+                    }
+                ]
+            },
+            "pools[0].warm[0].at",
+            "expected 5 fields",
+        ),
+        (
+            {
+                "pools": [
+                    {
+                        "offerings": "*",
+                        "team": "ml",
+                        "warm": [{"at": "0 2 * * *", "instances": 0, "for": "1h"}],
+                    }
+                ]
+            },
+            "pools[0].warm[0].instances",
+            "greater than or equal to 1",
+        ),
+        (
+            {
+                "pools": [
+                    {
+                        "offerings": "*",
+                        "team": "ml",
+                        "max": 2,
+                        "warm": [{"at": "0 2 * * *", "instances": 3, "for": "1h"}],
+                    }
+                ]
+            },
+            "pools[0]",
+            "warm[0].instances (3) is above max (2)",
+        ),
+        (
+            {
+                "pools": [
+                    {
+                        "offerings": "*",
+                        "team": "ml",
+                        "warm": [{"at": "0 2 * * *", "instances": 1, "for": "-5m"}],
+                    }
+                ]
+            },
+            "pools[0].warm[0].for",
+            "-5m",
+        ),
+        (
+            {"pools": [{"offerings": "*", "min": 1, "team": "no spaces"}]},
+            "pools[0].team",
+            "pattern",
+        ),
         (
             {"pools": [{"offerings": "*", "batch_wait": {"P0": "5m"}}]},
             "pools[0].batch_wait",
@@ -187,7 +246,7 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
         ),
         (
             {
-                "pools": [{"offerings": "*", "min": 1}],
+                "pools": [{"offerings": "*", "min": 1, "team": "ml"}],
                 "backend": {
                     "kind": "ray",
                     "address": "http://127.0.0.1:8265",

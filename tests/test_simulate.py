@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from budgeteer.errors import BudgeteerError, SpecErrors
-from budgeteer.sim.cron import CronError, cron_times
+from budgeteer.domain.cron import CronError, cron_times
 from budgeteer.sim.scenario import build, load_scenario
 
 ROOT = Path(__file__).parents[1]

@@ -319,7 +319,8 @@ class ServiceConfig(_Strict):
     @model_validator(mode="after")
     def _pools_fit_the_backend(self) -> ServiceConfig:
         # the sandbox and EC2 keep instances themselves; on a cluster, its nodes are the warm
-        # instances and the cluster keeps and removes them: only max and batch_wait apply
+        # instances and the cluster keeps and removes them (it boots nothing for budgeteer's
+        # floors either): only max and batch_wait apply
         where = {
             "kubernetes": "the node pool's minimum and the autoscaler's scale-down delay (e.g. "
             "Karpenter's consolidateAfter)",
@@ -327,8 +328,8 @@ class ServiceConfig(_Strict):
             "slurm": "the partition's nodes (and its power saving's SuspendTime)",
         }.get(self.backend.kind)
         for i, pool in enumerate(self.pools if where else ()):
-            if pool.min or pool.idle_timeout is not None:
-                field = "min" if pool.min else "idle_timeout"
+            if pool.min or pool.idle_timeout is not None or pool.warm:
+                field = "min" if pool.min else "warm" if pool.warm else "idle_timeout"
                 raise ValueError(
                     f"pools[{i}].{field}: on {self.backend.kind} the cluster keeps and removes "
                     f"its nodes; set {where} there — budgeteer takes max and batch_wait"

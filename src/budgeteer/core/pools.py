@@ -12,15 +12,18 @@ pool's instances (busy, and idle since when) and its demand — instances jobs p
 now, and instances known work will need soon (a cron burst, jobs waiting on a dependency) — and
 says:
 
-- ``target`` — ``max(busy + needed now, needed soon within the boot lead, minimum)``, capped at
-  ``maximum``;
+- ``target`` — ``max(busy + needed now, needed soon within the boot lead, floor)``, capped at
+  ``maximum``, where the floor is ``minimum`` or, while a scheduled ``warm`` window is open or
+  opens within one start-up, that window's instances (a pool warmed ahead of a nightly burst);
 - ``boot`` — instances to launch now so that ``target`` is reached (those needed now, and those
   needed soon whose start lies within one start-up of now: scale-up ahead of a burst);
 - ``release`` — idle instances to give back, longest idle first: those idle at least
   ``idle_timeout_seconds`` that the target does not need, and always any above ``maximum``.
 
-An idle instance is billed while it idles (the ledger's ``idle`` entries); this function only
-says how many — the backends carry it out and the planner prices reuse against a fresh start.
+An idle instance is billed while it idles (the ledger's ``idle`` entries, to the attempt that
+left it warm; an instance the pool booted with no job — for its floor — is billed to the pool's
+``team`` as a :class:`~budgeteer.store.records.PoolCharge` until a job takes it, and a pool that
+boots must name one); this function only says how many — the backends carry it out and the planner prices reuse against a fresh start.
 Batching — which jobs wait to run back to back on a pool's instances — is
 :mod:`budgeteer.core.batching`'s, from the :class:`PoolView` each snapshot carries.
 """
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from budgeteer.domain.cron import CronError, cron_times, parse_cron
 from budgeteer.domain.offering import Offering
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import BudgeteerError
@@ -42,8 +46,24 @@ class PoolError(BudgeteerError):
 
 
 @dataclass(frozen=True, slots=True)
+class WarmWindow:
+    """A scheduled floor: from each time ``cron`` fires (five fields, UTC), keep ``instances``
+    warm for ``seconds`` — booted one start-up ahead, so they are ready when it fires."""
+
+    cron: str
+    instances: int
+    seconds: float
+
+    def opens(self, since: datetime, until: datetime) -> bool:
+        """Whether the window is open at some time in ``[since, until]``."""
+        start = since - timedelta(seconds=self.seconds) + timedelta(microseconds=1)
+        return next(cron_times(self.cron, start, until + timedelta(microseconds=1)), None) is not None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSettings:
-    """One pool's settings (validated: ``0 ≤ minimum ≤ maximum``, a timeout ``≥ 0``)."""
+    """One pool's settings (validated: ``0 ≤ minimum ≤ maximum``, a timeout ``≥ 0``, and a
+    ``team`` to pay for what the pool boots with no job when it has a floor)."""
 
     name: str
     minimum: int = 0
@@ -56,6 +76,21 @@ class PoolSettings:
     #: the wait for the tiers named here instead (``((Tier.P3, 7200.0), …)``: a P3 retrain
     #: waits longer than a P1); P0 never waits
     batch_wait_by_tier: tuple[tuple[Tier, float], ...] = ()
+    #: who pays for the instances the pool boots with no job (its ``minimum``, its ``warm``
+    #: windows) while they idle; required when it has either
+    team: str | None = None
+    #: scheduled floors (a nightly burst's instances booted ahead of it)
+    warm: tuple[WarmWindow, ...] = ()
+
+    def floor(self, now: datetime) -> int:
+        """The instances the pool keeps at ``now`` with no job asking: ``minimum``, or more
+        while a ``warm`` window is open or opens within one start-up."""
+        lead = now + timedelta(seconds=self.startup_seconds)
+        out = self.minimum
+        for w in self.warm:
+            if w.instances > out and w.opens(now, lead):
+                out = w.instances
+        return out
 
     def batch_wait_for(self, tier: Tier) -> float:
         """How long a job of ``tier`` may wait for a pool instance (0 for P0: never)."""
@@ -93,6 +128,26 @@ class PoolSettings:
             raise PoolError(
                 f"pools.{self.name}.startup_seconds: must be ≥ 0, got {self.startup_seconds}"
             )
+        for i, w in enumerate(self.warm):
+            self._check_window(i, w)
+        if (self.minimum or self.warm) and not self.team:
+            field = "min" if self.minimum else "warm"
+            raise PoolError(
+                f"pools.{self.name}.team: required with {field} (the team that pays for the "
+                "instances the pool boots with no job)"
+            )
+
+    def _check_window(self, i: int, w: WarmWindow) -> None:
+        where = f"pools.{self.name}.warm[{i}]"
+        try:
+            parse_cron(w.cron)
+        except CronError as exc:
+            raise PoolError(f"{where}.at: {exc}") from None
+        if w.instances < 1 or (self.maximum is not None and w.instances > self.maximum):
+            cap = "" if self.maximum is None else f" and ≤ max ({self.maximum})"
+            raise PoolError(f"{where}.instances: must be ≥ 1{cap}, got {w.instances}")
+        if not w.seconds > 0:
+            raise PoolError(f"{where}.for: must be > 0 s, got {w.seconds}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +211,16 @@ def size_pool(settings: PoolSettings, state: PoolState, demand: Demand, now: dat
     lead = now + timedelta(seconds=settings.startup_seconds)
     needed_now = state.busy + demand.now
     needed_soon = max((n for at, n in demand.soon if at <= lead), default=0)
-    wanted = max(needed_now, needed_soon, settings.minimum)
+    floor = settings.floor(now)
+    wanted = max(needed_now, needed_soon, floor)
     cap = settings.maximum
     target = wanted if cap is None else min(wanted, cap)
     reasons = [f"busy {state.busy}", f"placed now {demand.now}"]
     if needed_soon:
         reasons.append(f"{needed_soon} wanted by {lead:%H:%M:%S}")
-    if settings.minimum:
+    if floor > settings.minimum:
+        reasons.append(f"warm window {floor}")
+    elif settings.minimum:
         reasons.append(f"min {settings.minimum}")
     if cap is not None and wanted > cap:
         reasons.append(f"capped at max {cap}")

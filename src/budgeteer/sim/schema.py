@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from budgeteer.catalog.onprem import OnPremSpec
-from budgeteer.sim.cron import CronError, parse_cron
+from budgeteer.domain.cron import CronError, parse_cron
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document

@@ -19,7 +19,7 @@ from budgeteer.catalog import Catalog
 from budgeteer.domain.job import Dependency, DependencyCondition, Job, Resources, SpotSettings, Work
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
-from budgeteer.sim.cron import cron_times
+from budgeteer.domain.cron import cron_times
 from budgeteer.sim.run import Arrival
 from budgeteer.sim.schema import JobShape, Scenario
 from budgeteer.spec.job import parse_duration

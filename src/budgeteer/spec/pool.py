@@ -12,6 +12,12 @@ between jobs, and how (:mod:`budgeteer.core.pools` sizes them).
                                 # instance instead of booting its own (0s, the default: never)
         # or by tier (the tiers not named never wait; P0 never does):
         # batch_wait: {P1: 5m, P2: 30m, P3: 2h}
+        team: fraud             # who pays for instances the pool boots with no job (required
+                                # with min > 0 or warm): billed to it while they idle
+        warm:                   # scheduled floors: from each time `at` fires (cron, UTC),
+          - at: "0 2 * * *"     # keep `instances` warm `for` that long — booted one start-up
+            instances: 4        # ahead, so they are ready when the nightly burst arrives
+            for: 1h
 
 Each offering a pattern matches gets a pool of its own with these settings; the first pattern
 that matches an offering wins.
@@ -26,10 +32,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from budgeteer.core.pools import PoolSettings
+from budgeteer.core.pools import PoolSettings, WarmWindow
+from budgeteer.domain.cron import parse_cron
 from budgeteer.domain.offering import Offering
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
+from budgeteer.spec.budget import Name
 from budgeteer.spec.job import parse_duration
 
 MAX_POOL_INSTANCES = 10_000
@@ -44,6 +52,33 @@ def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
 
+class WarmSpec(BaseModel):
+    """One ``warm:`` window of a pool (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    at: Annotated[str, Field(min_length=1, max_length=128)]
+    instances: Annotated[int, Field(ge=1, le=MAX_POOL_INSTANCES)]
+    for_: str = Field(alias="for")
+
+    @field_validator("at")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        parse_cron(value)  # a CronError is a ValueError: pydantic names the field
+        return value
+
+    @field_validator("for_")
+    @classmethod
+    def _hold(cls, value: str) -> str:
+        if _seconds(value) <= 0:
+            raise ValueError("must be longer than 0s")
+        return value
+
+    def window(self) -> WarmWindow:
+        """The core's window."""
+        return WarmWindow(self.at, self.instances, _seconds(self.for_))
+
+
 class PoolSpec(BaseModel):
     """One ``pools:`` entry (see the module docstring)."""
 
@@ -55,6 +90,8 @@ class PoolSpec(BaseModel):
     #: ``None``: the default, 10 minutes
     idle_timeout: str | None = None
     batch_wait: str | dict[str, str] = "0s"
+    team: Name | None = None
+    warm: list[WarmSpec] = Field(default_factory=list, max_length=64)
 
     @field_validator("idle_timeout")
     @classmethod
@@ -93,6 +130,15 @@ class PoolSpec(BaseModel):
     def _bounds(self) -> PoolSpec:
         if self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        for i, w in enumerate(self.warm):
+            if self.max is not None and w.instances > self.max:
+                raise ValueError(f"warm[{i}].instances ({w.instances}) is above max ({self.max})")
+        if (self.min or self.warm) and self.team is None:
+            field = "min" if self.min else "warm"
+            raise ValueError(
+                f"team: required with {field} (the team that pays for the instances the pool "
+                "boots with no job)"
+            )
         return self
 
 
@@ -116,6 +162,16 @@ def pool_settings(
         for o in matched:
             out.setdefault(
                 o.id,
-                PoolSettings(o.id, spec.min, spec.max, timeout, o.startup_seconds, wait, by_tier),
+                PoolSettings(
+                    o.id,
+                    spec.min,
+                    spec.max,
+                    timeout,
+                    o.startup_seconds,
+                    wait,
+                    by_tier,
+                    spec.team,
+                    tuple(w.window() for w in spec.warm),
+                ),
             )
     return out
