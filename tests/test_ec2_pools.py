@@ -181,7 +181,7 @@ def test_an_agent_waits_its_pools_timeout_and_an_hour_or_for_ever_under_a_min(
     world: World,
 ) -> None:
     short = PoolSettings(name="p", idle_timeout_seconds=600.0)
-    kept = PoolSettings(name="p", minimum=1, idle_timeout_seconds=600.0)
+    kept = PoolSettings(name="p", minimum=1, idle_timeout_seconds=600.0, team="ml")
     assert warm_limit(short) == 600.0 + 3600.0
     assert warm_limit(kept) == float("inf")
 
@@ -189,7 +189,7 @@ def test_an_agent_waits_its_pools_timeout_and_an_hour_or_for_ever_under_a_min(
         argv = shlex.split(backend.pools.user_data(ON_DEMAND.id).splitlines()[-1])
         return argv[argv.index(name) + 1]
 
-    assert flag(_pooled(world, minimum=1), "--warm-limit") == "inf"
+    assert flag(_pooled(world, minimum=1, team="ml"), "--warm-limit") == "inf"
     assert flag(_pooled(world), "--warm-limit") == "3600"
     assert flag(_pooled(world), "--pool-prefix") == f"budgeteer/{world.namespace}/instances"
 

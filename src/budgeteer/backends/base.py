@@ -225,16 +225,19 @@ def prepare_checkpoint_dir(request: LaunchRequest, user: JobUser | None = None) 
 
 @dataclass(frozen=True, slots=True)
 class IdleTime:
-    """``instances`` pooled instances idle over ``[start, end)``: left warm when attempt
-    ``attempt`` of ``job_id`` ended, whose ledger pays for them (billed as idle, at the
-    offering's price)."""
+    """``instances`` pooled instances idle over ``[start, end)``, billed as idle at the
+    offering's price: left warm when attempt ``attempt`` of ``job_id`` ended, whose ledger pays
+    for them — or, with ``job_id`` ``None``, booted by their pool with no job (for its ``min``
+    or a ``warm`` window), paid by the pool's ``team``. ``instance_ids`` names them."""
 
     offering_id: str
     start: datetime
     end: datetime
-    job_id: str
+    job_id: str | None
     attempt: int
     instances: int = 1
+    team: str | None = None
+    instance_ids: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -63,7 +64,7 @@ from budgeteer.backends.jobuser import (
     prepare_private_folder,
 )
 from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
-from budgeteer.backends.warm import FileDoc, WarmInstances
+from budgeteer.backends.warm import Booted, FileDoc, WarmInstances
 from budgeteer.clock import Clock
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
@@ -116,6 +117,10 @@ class SandboxBackend(MarketPrices):
         self._lock = threading.Lock()
         self._attempts: dict[str, _Attempt] = {}
         self._pools = WarmInstances(pools or {}, FileDoc(workdir / "pools.json"))
+        self._offerings = {o.id: o for o in offerings}
+        for oid, pool in (pools or {}).items():
+            if (pool.minimum or pool.warm) and oid not in self._offerings:
+                raise ValueError(f"pool {oid}: boots for its floor, but is not in offerings")
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
         self._pools.restore({o.id: o for o in offerings}, clock.now())
 
@@ -269,14 +274,14 @@ class SandboxBackend(MarketPrices):
         if not self._pools.settings:
             return {}
         with self._lock:  # as the loop last advanced it (API threads read this too)
-            return self._pools.counts()
+            return self._pools.counts(self.clock.now())
 
     def warm_data(self) -> dict[str, dict[str, int]]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
         if not self._pools.settings:
             return {}
         with self._lock:
-            return self._pools.data()
+            return self._pools.data(self.clock.now())
 
     def take_idle(self) -> list[IdleTime]:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""
@@ -301,8 +306,22 @@ class SandboxBackend(MarketPrices):
         if not self._pools.settings:
             return
         with self._lock:  # what the loop's reconcile saw: ends noticed later go next cycle
-            self._pools.release(self._busy, self.clock.now())
+            self._pools.release(self._busy, self.clock.now(), self._boot)
             self._pools.take_released()  # a sandbox instance ends when it is given back
+
+    def _boot(self, offering_id: str, wanted: int, now: datetime) -> Booted:
+        """Boot up to ``wanted`` instances of a pooled offering with no job (for its pool's
+        floor): as many as its capacity leaves room for, none while its market has none;
+        ready after its start-up."""
+        offering = self._offerings[offering_id]
+        room = wanted
+        if offering.max_instances is not None:
+            used = self._busy(offering_id) + self._pools.held(offering_id)
+            room = min(wanted, offering.max_instances - used)
+        if room <= 0 or not self.market.available(offering, now):
+            return offering, (), now
+        ids = tuple(f"boot-{uuid.uuid4().hex[:12]}" for _ in range(room))
+        return offering, ids, now + timedelta(seconds=offering.startup_seconds)
 
     def _busy(self, offering_id: str) -> int:
         return sum(

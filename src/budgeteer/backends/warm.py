@@ -12,6 +12,12 @@ IdleTime`, billed by the scheduler to the attempt that left the instance warm; t
 one attempt left warm are billed together, stretch by stretch, as each of them stops idling —
 so no two ledger entries of that attempt start at the same time.
 
+A pool with a floor (its ``min``, a ``warm`` window open or opening within one start-up) boots
+the instances it lacks with no job (:meth:`WarmInstances.release` with a ``boot``): each is
+warm from when its start-up ends (``since``; not counted nor taken before), and its idle time —
+from the boot, start-up included — goes to the pool's ``team`` (an :class:`~budgeteer.backends.
+base.IdleTime` with no job) until a job takes it or it is given back.
+
 The warm instances and the stretches not yet handed out are kept in a :class:`StateDoc` —
 ``pools.json`` in the sandbox's workdir (written whole, then renamed: a crash leaves the old
 file or the new one), an S3 object for EC2 (a put replaces it whole). The ids of instances given
@@ -83,10 +89,13 @@ class FileDoc:
 
 class Idling(Protocol):
     """An idle pooled instance as billing reads it: the attempt whose end left it warm (whose
-    ledger pays), and until when its idle time has been handed out."""
+    ledger pays) or, for one its pool booted with no job (``job_id`` ``None``), the pool's team;
+    its id; and until when its idle time has been handed out."""
 
-    job_id: str
+    job_id: str | None
     attempt: int
+    team: str | None
+    instance_id: str
     billed_from: datetime
 
 
@@ -98,12 +107,13 @@ def stop_idling(idle: list[IdleT], w: IdleT, offering_id: str, at: datetime) -> 
     same attempt left warm that still idles are billed up to ``at`` — the stretch returned, one
     for as many instances, so no two entries of that attempt start at the same time — and the
     others go on from ``at`` (``None``: nothing left to bill)."""
-    key = (w.job_id, w.attempt, w.billed_from)
-    group = [v for v in idle if (v.job_id, v.attempt, v.billed_from) == key]
+    key = (w.job_id, w.attempt, w.team, w.billed_from)
+    group = [v for v in idle if (v.job_id, v.attempt, v.team, v.billed_from) == key]
     idle.remove(w)
     if at <= w.billed_from:
         return None
-    stretch = IdleTime(offering_id, w.billed_from, at, w.job_id, w.attempt, len(group))
+    ids = tuple(v.instance_id for v in group)
+    stretch = IdleTime(offering_id, w.billed_from, at, w.job_id, w.attempt, len(group), w.team, ids)
     for v in group:
         v.billed_from = at
     return stretch
@@ -111,17 +121,27 @@ def stop_idling(idle: list[IdleT], w: IdleT, offering_id: str, at: datetime) -> 
 
 @dataclass(eq=False, slots=True)
 class _Warm:
-    """One idle pooled instance: since when, the attempt whose end left it warm, its id,
-    until when its idle time has been handed out for billing (``billed_from``), and the dataset
-    that attempt's job ran with (``data``: still in the instance's cache)."""
+    """One idle pooled instance: since when (for one the pool booted, when its start-up ends),
+    the attempt whose end left it warm (``job_id`` ``None``: booted with no job, paid by the
+    pool's ``team``), its id, until when its idle time has been handed out for billing
+    (``billed_from``), and the dataset that attempt's job ran with (``data``: still in the
+    instance's cache)."""
 
     since: datetime
     offering: Offering
-    job_id: str
+    job_id: str | None
     attempt: int
     instance_id: str
     billed_from: datetime
     data: str | None = None
+    team: str | None = None
+
+
+#: Instances booted with no job: the offering, their ids (fewer than asked, or none, when its
+#: capacity or market says so) and when they are ready.
+Booted = tuple[Offering, tuple[str, ...], datetime]
+#: Boots a pooled offering's instances with no job: ``(offering id, how many, now)``.
+Boot = Callable[[str, int, datetime], Booted]
 
 
 class WarmInstances:
@@ -135,15 +155,18 @@ class WarmInstances:
         self._idle: list[IdleTime] = []  # idle stretches ended, not yet handed out
         self._released: list[str] = []  # ids of instances given back, not yet handed out
 
-    def counts(self) -> dict[str, int]:
-        """Warm instances by pooled offering (those with any)."""
-        return {oid: len(w) for oid, w in self._warm.items() if w}
+    def counts(self, now: datetime | None = None) -> dict[str, int]:
+        """Warm instances by pooled offering (those with any): ready by ``now`` (``None``:
+        all, booting or not)."""
+        out = {oid: sum(_ready(w, now) for w in idle) for oid, idle in self._warm.items()}
+        return {oid: n for oid, n in out.items() if n}
 
-    def data(self) -> dict[str, dict[str, int]]:
-        """By pooled offering, the datasets its warm instances hold and on how many."""
+    def data(self, now: datetime | None = None) -> dict[str, dict[str, int]]:
+        """By pooled offering, the datasets its warm instances (ready by ``now``) hold and on
+        how many."""
         out: dict[str, dict[str, int]] = {}
         for oid, idle in self._warm.items():
-            held = Counter(w.data for w in idle if w.data is not None)
+            held = Counter(w.data for w in idle if w.data is not None and _ready(w, now))
             if held:
                 out[oid] = dict(held)
         return out
@@ -172,7 +195,8 @@ class WarmInstances:
         self.save()
 
     def held(self, offering_id: str) -> int:
-        """Instances of ``offering_id`` idling warm now."""
+        """Instances of ``offering_id`` idling warm now (booting ones too: they hold its
+        capacity)."""
         return len(self._warm.get(offering_id, ()))
 
     def take_billed(self) -> list[IdleTime]:
@@ -188,10 +212,11 @@ class WarmInstances:
         job's dataset ``data`` first, then the most recently idle: their ids, or ``None`` when
         its pool has not that many."""
         idle = self._warm.get(offering_id, [])
-        if len(idle) < instances:
+        ready = [w for w in idle if w.since <= now]
+        if len(ready) < instances:
             return None
-        idle.sort(key=lambda w: (data is not None and w.data == data, w.since))
-        taken = idle[-instances:]
+        ready.sort(key=lambda w: (data is not None and w.data == data, w.since))
+        taken = ready[-instances:]
         for w in taken:
             self._end_idle(w, now)
         self.save()
@@ -222,15 +247,34 @@ class WarmInstances:
         )
         self.save()
 
-    def release(self, busy: Callable[[str], int], now: datetime) -> None:
+    def release(self, busy: Callable[[str], int], now: datetime, boot: Boot | None = None) -> None:
         """Give back what each pool's sizing releases (``busy``: an offering's instances
-        running attempts now)."""
-        for oid, idle in self._warm.items():
-            if idle:
-                state = PoolState(busy(oid), tuple(w.since for w in idle))
-                plan = size_pool(self.settings[oid], state, Demand(), now)
-                for since in plan.release:
-                    self._give_back(next(w for w in idle if w.since == since), now)
+        running attempts now) and, with ``boot``, boot what a pool's floor lacks."""
+        for oid, settings in self.settings.items():
+            idle = self._warm.get(oid, [])
+            if not idle and not (boot is not None and settings.floor(now)):
+                continue
+            state = PoolState(busy(oid), tuple(w.since for w in idle))
+            plan = size_pool(settings, state, Demand(), now)
+            for since in plan.release:
+                self._give_back(next(w for w in idle if w.since == since), now)
+            if plan.boot and boot is not None:
+                self._boot(settings, *boot(oid, plan.boot, now), now)
+
+    def _boot(
+        self,
+        settings: PoolSettings,
+        offering: Offering,
+        ids: tuple[str, ...],
+        ready: datetime,
+        now: datetime,
+    ) -> None:
+        """Instances ``ids`` booted ``now`` with no job, warm from ``ready``; the team pays."""
+        if ids:
+            self._warm.setdefault(offering.id, []).extend(
+                _Warm(ready, offering, None, 0, iid, now, None, settings.team) for iid in ids
+            )
+            self.save()
 
     def revoked(self, gone: Callable[[Offering], bool], now: datetime) -> None:
         """Give back the warm instances of every offering ``gone`` says the market took."""
@@ -265,6 +309,7 @@ class WarmInstances:
                     "instance_id": w.instance_id,
                     "billed_from": w.billed_from.isoformat(),
                     "data": w.data,
+                    "team": w.team,
                 }
                 for idle in self._warm.values()
                 for w in idle
@@ -277,6 +322,8 @@ class WarmInstances:
                     "job_id": i.job_id,
                     "attempt": i.attempt,
                     "instances": i.instances,
+                    "team": i.team,
+                    "instance_ids": list(i.instance_ids),
                 }
                 for i in self._idle
             ],
@@ -299,9 +346,11 @@ class WarmInstances:
                     str(i["offering_id"]),
                     datetime.fromisoformat(i["start"]),
                     datetime.fromisoformat(i["end"]),
-                    str(i["job_id"]),
+                    _optional_str(i["job_id"]),
                     int(i["attempt"]),
                     int(i["instances"]),
+                    _optional_str(i.get("team")),
+                    tuple(_strings(i.get("instance_ids", []))),
                 )
                 for i in doc["idle"]
             ]
@@ -309,31 +358,46 @@ class WarmInstances:
                 (
                     str(w["offering_id"]),
                     datetime.fromisoformat(w["since"]),
-                    str(w["job_id"]),
+                    _optional_str(w["job_id"]),
                     int(w["attempt"]),
                     str(w["instance_id"]),
                     datetime.fromisoformat(w["billed_from"]),
                     _optional_str(w.get("data")),
+                    _optional_str(w.get("team")),
                 )
                 for w in doc["warm"]
             ]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise PoolStateError(f"{self.doc.where}: cannot read the pools' state: {exc}") from exc
         self._idle = idle
-        gone: Counter[tuple[str, datetime, str, int]] = Counter()
-        for oid, since, job_id, attempt, iid, billed, data in warm:
+        gone: dict[tuple[str, datetime, str | None, int, str | None], list[str]] = {}
+        for oid, since, job_id, attempt, iid, billed, data, team in warm:
             offering = offerings.get(oid)
             if offering is None or oid not in self.settings:
-                gone[oid, billed, job_id, attempt] += 1  # no longer pooled: given back now
+                # no longer pooled: given back now
+                gone.setdefault((oid, billed, job_id, attempt, team), []).append(iid)
                 self._released.append(iid)
                 continue
             self._warm.setdefault(oid, []).append(
-                _Warm(since, offering, job_id, attempt, iid, billed, data)
+                _Warm(since, offering, job_id, attempt, iid, billed, data, team)
             )
-        for (oid, billed, job_id, attempt), n in gone.items():
+        for (oid, billed, job_id, attempt, team), ids in gone.items():
             if now > billed:  # their idle time billed up to now, together
-                self._idle.append(IdleTime(oid, billed, now, job_id, attempt, n))
+                stretch = IdleTime(oid, billed, now, job_id, attempt, len(ids), team, tuple(ids))
+                self._idle.append(stretch)
         self.save()
+
+
+def _ready(w: _Warm, now: datetime | None) -> bool:
+    """Whether ``w`` is warm by ``now`` (``None``: whatever its start-up)."""
+    return now is None or w.since <= now
+
+
+def _strings(value: object) -> list[str]:
+    """A kept list of strings."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise TypeError(f"expected a list of strings, got {value!r}")
 
 
 def _optional_str(value: object) -> str | None:

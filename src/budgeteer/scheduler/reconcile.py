@@ -41,6 +41,7 @@ from budgeteer.scheduler.snapshots import SpendLedger
 from budgeteer.scheduler.speeds import SpeedBook
 from budgeteer.scheduler.spot_live import LiveSpot
 from budgeteer.store.base import LedgerEntry, Store
+from budgeteer.store.records import PoolCharge
 
 S = JobState
 log = logging.getLogger("budgeteer.scheduler")
@@ -278,6 +279,9 @@ class Reconciler:
         for idle in stretches:
             if idle.end <= idle.start:
                 continue  # taken by the next job the moment it was left
+            if idle.job_id is None:
+                self._charge_pool(idle)
+                continue
             attempt = next(
                 (a for a in self.store.attempts(idle.job_id) if a.number == idle.attempt), None
             )
@@ -300,6 +304,29 @@ class Reconciler:
                 )
                 if self.store.add_ledger_entry(entry):
                     self.spend.add(entry)
+
+    def _charge_pool(self, idle: IdleTime) -> None:
+        """A pool's charge to its team for instances it booted with no job (its ``min``, a
+        ``warm`` window), at the offering's price; the source says idle."""
+        offering = self.launcher.offerings.get(idle.offering_id)
+        if offering is None or idle.team is None:
+            log.error("idle time on %s with no one to bill: %s", idle.offering_id, idle)
+            return
+        for start, end, price, source in self.backend.price_segments(
+            offering, idle.start, idle.end
+        ):
+            charge = PoolCharge(
+                idle.offering_id,
+                idle.team,
+                start,
+                end,
+                price,
+                amount_usd(price, idle.instances, start, end),
+                f"{IDLE_SOURCE}{source}",
+                idle.instance_ids,
+            )
+            if self.store.add_pool_charge(charge):
+                self.spend.charge(charge)
 
     def _bill(self, live: Live, until: datetime) -> None:
         """Ledger entries for ``[billed until, until)``, one per stretch at one price."""

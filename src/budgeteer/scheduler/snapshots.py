@@ -31,6 +31,7 @@ from budgeteer.ledger.spendbook import SpendBook
 from budgeteer.scheduler.progress import ProgressSource
 from budgeteer.spec.budget import BudgetSpec, budget_from_spec
 from budgeteer.store.base import Attempt, LedgerEntry, Store, UnknownJob
+from budgeteer.store.records import PoolCharge
 
 
 class SpendLedger:
@@ -44,6 +45,7 @@ class SpendLedger:
         self.lock = threading.RLock()  # the loop adds entries while API threads build
         self._book: SpendBook | None = None
         self._entries = 0  # ledger entries folded into the book
+        self._charges = 0  # pool charges folded into the book
         self._teams: dict[str, tuple[str, str | None]] = {}  # job → (team, project)
 
     def learn(self, job: Job) -> None:
@@ -61,10 +63,21 @@ class SpendLedger:
             else:
                 self._book = None  # an unknown job: fill again from the ledger next time
 
+    def charge(self, charge: PoolCharge) -> None:
+        """A pool's charge to its team the loop just billed (no project: the pool's)."""
+        with self.lock:
+            if self._book is not None:
+                self._book.add(charge.team, None, charge.amount_usd, charge.end)
+                self._charges += 1
+
     def records(self, budgets: Sequence[Budget], now: datetime) -> tuple[SpendRecord, ...]:
         """The spend records the snapshot carries."""
         with self.lock:
-            stale = self._book is None or self._entries != self.store.ledger_count()
+            stale = (
+                self._book is None
+                or self._entries != self.store.ledger_count()
+                or self._charges != self.store.pool_charge_count()
+            )
             if stale or self._book is None or not self._book.set_boundaries(budgets, now):
                 self._book = SpendBook(self.half_life, now)
                 self._book.set_boundaries(budgets, now)
@@ -75,6 +88,10 @@ class SpendLedger:
                     team, project = self._teams[e.job_id]
                     self._book.add(team, project, e.amount_usd, e.end)
                 self._entries = len(ledger)
+                charges = self.store.pool_charges()
+                for c in charges:
+                    self._book.add(c.team, None, c.amount_usd, c.end)
+                self._charges = len(charges)
             return self._book.records()
 
 

@@ -1,0 +1,193 @@
+"""Pools that boot with no job (issue 18): a pool's ``min`` and its scheduled ``warm`` windows
+boot instances ahead of the jobs, on the sandbox; their idle time — start-up included, until a
+job takes them or they are given back — is a charge to the pool's team, exact to the digit,
+counted in that team's spend, kept across a restart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from budgeteer.backends import SandboxBackend, TraceMarket
+from budgeteer.backends.warm import PoolStateError
+from budgeteer.catalog import Catalog
+from budgeteer.clock import ManualClock
+from budgeteer.core.pools import PoolSettings, WarmWindow
+from budgeteer.domain.job import JobState as S
+from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
+from budgeteer.scheduler import Scheduler
+from budgeteer.store import SqlStore
+from builders import EGRESS, THROUGHPUT, make_job, make_offering
+from test_loop_e2e import ARGS, SCRIPT
+
+T0 = datetime(2026, 12, 4, 1, tzinfo=UTC)
+PRICE = Decimal("3.0")
+BOOT = 120.0
+OD = make_offering("od", price=float(PRICE), startup_seconds=BOOT)
+
+
+def _world(
+    tmp_path: Path, pool: PoolSettings, store: SqlStore | None = None
+) -> tuple[Scheduler, SqlStore, ManualClock, SandboxBackend]:
+    catalog = Catalog((OD,), dict(THROUGHPUT), EGRESS, "test")
+    clock = ManualClock(T0)
+    store = store or SqlStore(f"sqlite:///{tmp_path / 'b.db'}")
+    market = TraceMarket(np.array([False]), 60, T0)
+    backend = SandboxBackend(clock, market, tmp_path / "work", pools={"od": pool}, offerings=(OD,))
+    return Scheduler(store, backend, catalog, clock, tmp_path / "ckpt"), store, clock, backend
+
+
+def _until(sched: Scheduler, clock: ManualClock, done: Callable[[], bool], step: float) -> None:
+    for _ in range(4000):
+        sched.cycle()
+        if done():
+            return
+        clock.advance(step)
+        time.sleep(0.005)
+    raise AssertionError("the loop did not get there")
+
+
+def _team_spend(sched: Scheduler, team: str) -> Decimal:
+    records = sched.snapshot().spend
+    return sum((r.amount_usd for r in records if r.team == team), Decimal(0))
+
+
+def test_a_min_pool_boots_before_any_job_and_its_team_pays_until_a_job_takes_it(
+    tmp_path: Path,
+) -> None:
+    pool = PoolSettings("od", 1, 4, 60.0, BOOT, 0.0, (), "ml")
+    sched, store, clock, backend = _world(tmp_path, pool)
+    sched.cycle()  # nothing queued: the pool boots its one instance
+    assert backend.warm_instances() == {}  # booting: not warm before its start-up ends
+    clock.advance(BOOT / 2)
+    sched.cycle()
+    assert backend.warm_instances() == {}  # still booting, and not booted twice
+    clock.advance(BOOT / 2)
+    sched.cycle()
+    assert backend.warm_instances() == {"od": 1}
+    assert store.pool_charges() == []  # nothing billed while it still idles
+
+    clock.advance(600)  # ten minutes later a job arrives and starts on it at once
+    job = dataclasses.replace(
+        make_job("a", hours=0.05, spot=False, team="fraud"),
+        submitted_at=clock.now(),
+        command=(sys.executable, str(SCRIPT), *ARGS, "--out", str(tmp_path / "a.npy")),
+    )
+    store.submit([job], at=clock.now())
+    taken = clock.now()
+    sched.cycle()
+    assert backend.warm_starts == {"a.1"}  # no start-up
+    [a] = store.attempts("a")
+    assert a.started_at == taken
+    [charge] = store.pool_charges()
+    assert (charge.team, charge.offering_id, charge.start, charge.end) == ("ml", "od", T0, taken)
+    assert charge.instance_ids == a.instance_ids  # the instance the pool booted
+    assert charge.amount_usd == amount_usd(PRICE, 1, T0, taken) == Decimal("0.60")
+    assert charge.price_source.startswith(IDLE_SOURCE)
+    assert not [e for e in store.ledger() if is_idle(e)]  # no job paid for the boot
+    assert _team_spend(sched, "ml") == charge.amount_usd  # the team's budgets see it
+
+    # a ends: its instance idles, billed to a as any instance an attempt leaves warm, and the
+    # pool's min keeps it past the idle timeout (nothing more is booted: one is enough)
+    _until(sched, clock, lambda: store.job("a").state is S.SUCCEEDED, step=5.0)
+    clock.advance(300)
+    sched.cycle()
+    assert backend.warm_instances() == {"od": 1}
+    assert len(store.pool_charges()) == 1
+    store.close()
+
+
+def test_a_warm_window_boots_one_start_up_ahead_and_gives_back_after_it(tmp_path: Path) -> None:
+    window = WarmWindow("30 1 * * *", 2, 600.0)  # 01:30–01:40, two instances
+    pool = PoolSettings("od", 0, 4, 60.0, BOOT, 0.0, (), "ml", (window,))
+    sched, store, clock, backend = _world(tmp_path, pool)
+    booted_at = None
+    states: list[tuple[datetime, int]] = []
+    while clock.now() < T0 + timedelta(minutes=50):
+        sched.cycle()
+        held = backend._pools.held("od")  # booting or warm
+        if held and booted_at is None:
+            booted_at = clock.now()
+        states.append((clock.now(), held))
+        clock.advance(60)
+    assert booted_at == T0 + timedelta(minutes=28)  # 01:30 less the 2-minute start-up
+    assert all(n == 0 for at, n in states if at < booted_at)
+    given_back = next(at for at, n in states if at > booted_at and n == 0)
+    # the window ends at 01:40; idle since 01:30, past the 60 s timeout: given back then
+    assert given_back == T0 + timedelta(minutes=40)
+    [charge] = store.pool_charges()  # both instances, one stretch
+    assert (charge.team, charge.start, charge.end, charge.instances) == (
+        "ml",
+        booted_at,
+        given_back,
+        2,
+    )
+    assert charge.amount_usd == amount_usd(PRICE, 2, booted_at, given_back) == Decimal("1.20")
+    assert _team_spend(sched, "ml") == Decimal("1.20")
+    store.close()
+
+
+def test_booted_instances_survive_a_restart_and_bad_state_is_named(tmp_path: Path) -> None:
+    pool = PoolSettings("od", 1, 4, 60.0, BOOT, 0.0, (), "ml")
+    sched, store, clock, backend = _world(tmp_path, pool)
+    sched.cycle()
+    kept = json.loads((tmp_path / "work" / "pools.json").read_text())
+    [w] = kept["warm"]
+    assert (w["job_id"], w["team"], w["since"]) == (
+        None,
+        "ml",
+        (T0 + timedelta(seconds=BOOT)).isoformat(),
+    )
+    # a new backend on the same workdir takes it back, booting, still the team's
+    sched2, _, clock2, backend2 = _world(tmp_path, pool, store)
+    clock2.advance(BOOT)
+    sched2.cycle()
+    assert backend2.warm_instances() == {"od": 1}
+    assert backend2._pools.held("od") == 1  # not booted again
+    # the pool goes (no longer pooled): the instance is given back, its time the team's
+    backend3 = SandboxBackend(
+        clock2, TraceMarket(np.array([False]), 60, T0), tmp_path / "work", pools={}, offerings=(OD,)
+    )
+    assert backend3.warm_instances() == {}
+    backend4 = SandboxBackend(
+        clock2,
+        TraceMarket(np.array([False]), 60, T0),
+        tmp_path / "work",
+        pools={"other": PoolSettings("other")},
+        offerings=(OD,),
+    )
+    [stretch] = backend4.take_idle()
+    assert (stretch.job_id, stretch.team, stretch.start, stretch.end) == (
+        None,
+        "ml",
+        T0,
+        T0 + timedelta(seconds=BOOT),
+    )
+    assert stretch.instance_ids == (w["instance_id"],)
+    # a team that is not a string: refused with where and what
+    bad = dict(kept, warm=[dict(w, team=7)])
+    (tmp_path / "work" / "pools.json").write_text(json.dumps(bad))
+    with pytest.raises(PoolStateError, match=r"pools.json: cannot read .*expected a string"):
+        _world(tmp_path, pool, store)
+    store.close()
+
+
+def test_a_sandbox_without_the_offering_of_a_booting_pool_is_refused(tmp_path: Path) -> None:
+    pool = PoolSettings("gone", 1, 4, 60.0, BOOT, 0.0, (), "ml")
+    with pytest.raises(ValueError, match="pool gone: boots for its floor"):
+        SandboxBackend(
+            ManualClock(T0),
+            TraceMarket(np.array([False]), 60, T0),
+            tmp_path,
+            pools={"gone": pool},
+            offerings=(OD,),
+        )
