@@ -9,6 +9,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -21,10 +22,12 @@ from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.backends.warm import PoolStateError
 from budgeteer.catalog import Catalog
 from budgeteer.clock import ManualClock
+from budgeteer.core.policy import Policy
 from budgeteer.core.pools import PoolSettings, WarmWindow
 from budgeteer.domain.job import JobState as S
 from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
 from budgeteer.scheduler import Scheduler
+from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.store import SqlStore
 from builders import EGRESS, THROUGHPUT, make_job, make_offering
 from test_loop_e2e import ARGS, SCRIPT
@@ -138,7 +141,7 @@ def test_a_warm_window_boots_one_start_up_ahead_and_gives_back_after_it(tmp_path
 
 def test_booted_instances_survive_a_restart_and_bad_state_is_named(tmp_path: Path) -> None:
     pool = PoolSettings("od", 1, 4, 60.0, BOOT, 0.0, (), "ml")
-    sched, store, clock, backend = _world(tmp_path, pool)
+    sched, store, _, _ = _world(tmp_path, pool)
     sched.cycle()
     kept = json.loads((tmp_path / "work" / "pools.json").read_text())
     [w] = kept["warm"]
@@ -191,3 +194,71 @@ def test_a_sandbox_without_the_offering_of_a_booting_pool_is_refused(tmp_path: P
             pools={"gone": pool},
             offerings=(OD,),
         )
+
+
+# -- the simulator --------------------------------------------------------------------------------
+def _sim(pool: PoolSettings, arrive_minutes: float) -> SimRun:
+    """One 6-minute job (2-minute boot) arriving ``arrive_minutes`` after 01:00, on a pooled
+    on-demand offering at $2/h; three simulated hours."""
+    od = make_offering("od", price=2.0, startup_seconds=BOOT)
+    job = dataclasses.replace(
+        make_job("a", hours=0.1, spot=False, team="fraud"),
+        submitted_at=T0 + timedelta(minutes=arrive_minutes),
+    )
+    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
+    return simulate(
+        [Arrival(job.submitted_at, job)],
+        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=3),
+        policy=Policy(use_pools=True),
+        pools={"od": pool},
+        cycle_seconds=600,  # cycles far apart: the window's boot is the kernel's, on time
+    )
+
+
+def test_the_simulator_boots_for_a_window_on_time_and_the_job_starts_warm() -> None:
+    window = WarmWindow("0 2 * * *", 2, 1800.0)  # 02:00–02:30, two instances
+    run = _sim(PoolSettings("od", 0, 4, 60.0, BOOT, 0.0, (), "ml", (window,)), 65)
+    boot_at = T0 + timedelta(minutes=58)
+    assert [(oid, at) for oid, at, _ in run.backend.boots] == [("od", boot_at)] * 2
+    [a] = run.store.attempts("a")
+    assert run.backend.warm_starts == {"a.1"}  # arrived at 02:05: no start-up
+    assert a.ended_at is not None
+    assert a.ended_at - a.started_at == pytest.approx(
+        timedelta(minutes=6), abs=timedelta(seconds=1)
+    )
+    charges = run.store.pool_charges()
+    assert {c.team for c in charges} == {"ml"}
+    # both instances charged to the team from their boot: the one the job took until it took
+    # it, the other until the window closed (02:30, past its 60 s timeout)
+    per_instance: dict[str, Decimal] = defaultdict(Decimal)
+    spans: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for c in charges:
+        for iid in c.instance_ids:
+            per_instance[iid] += c.amount_usd / c.instances
+            spans[iid].append((c.start, c.end))
+    [taken] = a.instance_ids
+    [other] = set(per_instance) - {taken}
+    assert spans[taken] == [(boot_at, a.started_at)]
+    assert spans[other][0][0] == boot_at
+    assert spans[other][-1][1] == T0 + timedelta(minutes=90)
+    # the simulator's own per-instance stretches and the charges agree to rounding
+    booted = sum((i.amount_usd for i in run.backend.idle if i.start == boot_at), Decimal(0))
+    charged = sum((c.amount_usd for c in charges), Decimal(0))
+    assert abs(booted - charged) <= (len(charges) + len(run.backend.idle)) * Decimal("0.5e-8")
+    assert charged == amount_usd(Decimal(2), 1, boot_at, a.started_at) + amount_usd(
+        Decimal(2), 1, boot_at, T0 + timedelta(minutes=90)
+    )
+
+
+def test_a_min_pool_in_the_simulator_boots_at_the_start_and_keeps_one() -> None:
+    run = _sim(PoolSettings("od", 1, 4, 60.0, BOOT, 0.0, (), "ml"), 30)
+    assert [at for _, at, _ in run.backend.boots] == [T0]  # one boot, at the start
+    assert run.backend.warm_starts == {"a.1"}
+    [charge] = run.store.pool_charges()  # until a took it; after a, a's idle to the end
+    [a] = run.store.attempts("a")
+    assert (charge.start, charge.end) == (T0, a.started_at)
+    after = [e for e in run.store.ledger() if is_idle(e)]
+    assert [(e.start, e.end) for e in after] == [(a.ended_at, T0 + timedelta(hours=3))]

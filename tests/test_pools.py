@@ -123,6 +123,18 @@ def test_a_window_raises_the_floor_above_min_and_never_lowers_it() -> None:
     assert NIGHTLY.floor(AT_2 + timedelta(minutes=60)) == 0  # [02:00, 03:00)
 
 
+def test_the_next_floor_change_is_a_boot_or_a_window_end() -> None:
+    assert PoolSettings("t4", minimum=1, team="ml").next_floor_change(AT_2) is None
+    boot = AT_2 - timedelta(minutes=2)
+    assert NIGHTLY.next_floor_change(AT_2 - timedelta(hours=5)) == boot
+    assert NIGHTLY.next_floor_change(boot) == AT_2 + timedelta(hours=1)  # open: its end
+    assert NIGHTLY.next_floor_change(AT_2 + timedelta(hours=1)) == boot + timedelta(days=1)
+    # the floor does change there, and nowhere between
+    assert NIGHTLY.floor(boot - timedelta(seconds=1)) == 0
+    assert NIGHTLY.floor(boot) == 4
+    assert NIGHTLY.floor(AT_2 + timedelta(minutes=59, seconds=59)) == 4
+
+
 def test_the_longest_idle_go_first() -> None:
     plan = size_pool(
         PoolSettings("t4", idle_timeout_seconds=0),

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from budgeteer.errors import BudgeteerError, SpecErrors
 from budgeteer.domain.cron import CronError, cron_times
+from budgeteer.errors import BudgeteerError, SpecErrors
 from budgeteer.sim.scenario import build, load_scenario
 
 ROOT = Path(__file__).parents[1]

@@ -311,7 +311,8 @@ def test_pool_charges_are_exact_per_team_and_never_billed_twice(store: Store) ->
     assert store.pool_charge_count() == 3
     fraud = store.pool_charges("fraud")
     assert fraud == [charges[1], charges[0]]  # by start
-    assert fraud[1].instances == 2 and fraud[1].instance_ids == ("pool-1", "pool-2")
+    assert fraud[1].instances == 2
+    assert fraud[1].instance_ids == ("pool-1", "pool-2")
     assert sum(c.amount_usd for c in store.pool_charges()) == Decimal("1.35200003")
     assert [c.team for c in store.pool_charges()] == ["fraud", "recs", "fraud"]
     assert store.pool_charges("nobody") == []

@@ -23,7 +23,8 @@ says:
 An idle instance is billed while it idles (the ledger's ``idle`` entries, to the attempt that
 left it warm; an instance the pool booted with no job — for its floor — is billed to the pool's
 ``team`` as a :class:`~budgeteer.store.records.PoolCharge` until a job takes it, and a pool that
-boots must name one); this function only says how many — the backends carry it out and the planner prices reuse against a fresh start.
+boots must name one); this function only says how many — the backends carry it out and the
+planner prices reuse against a fresh start.
 Batching — which jobs wait to run back to back on a pool's instances — is
 :mod:`budgeteer.core.batching`'s, from the :class:`PoolView` each snapshot carries.
 """
@@ -57,7 +58,8 @@ class WarmWindow:
     def opens(self, since: datetime, until: datetime) -> bool:
         """Whether the window is open at some time in ``[since, until]``."""
         start = since - timedelta(seconds=self.seconds) + timedelta(microseconds=1)
-        return next(cron_times(self.cron, start, until + timedelta(microseconds=1)), None) is not None
+        end = until + timedelta(microseconds=1)
+        return next(cron_times(self.cron, start, end), None) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,21 @@ class PoolSettings:
             if w.instances > out and w.opens(now, lead):
                 out = w.instances
         return out
+
+    def next_floor_change(self, now: datetime) -> datetime | None:
+        """The next time after ``now`` the floor may change: a ``warm`` window's boot (one
+        start-up before it fires) or the end of one open now (``None``: never — no windows)."""
+        lead = timedelta(seconds=self.startup_seconds)
+        tick = timedelta(microseconds=1)
+        times: list[datetime] = []
+        for w in self.warm:
+            start = now + lead + tick
+            fire = next(cron_times(w.cron, start, start + timedelta(days=367)), None)
+            if fire is not None:
+                times.append(fire - lead)
+            hold = timedelta(seconds=w.seconds)
+            times += [f + hold for f in cron_times(w.cron, now - hold + tick, start)]
+        return min((t for t in times if t > now), default=None)
 
     def batch_wait_for(self, tier: Tier) -> float:
         """How long a job of ``tier`` may wait for a pool instance (0 for P0: never)."""

@@ -24,15 +24,20 @@ An idle instance is billed while it idles — as in the service, the scheduler b
 see it; :attr:`SimBackend.idle` keeps each instance's idle stretches with their prices beside
 (the instance time billed is the attempts' plus the idle, to the cent) — and is given back when
 :func:`~budgeteer.core.pools.size_pool` says so (idle past the pool's ``idle_timeout`` and
-above its ``min``), or when the market takes a warm spot instance.
+above its ``min``), or when the market takes a warm spot instance. A pool with a floor (its
+``min``, a ``warm`` window) boots what it lacks with no job — at the start, one start-up before
+each window, and whenever a cycle finds it short — and the scheduler charges those instances'
+idle time, boot included, to the pool's team until a job takes them (:attr:`SimBackend.boots`
+lists the boots).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from budgeteer.backends.base import (
     Capabilities,
@@ -103,6 +108,7 @@ class SimBackend(MarketPrices):
         on_change: Callable[[], None] = lambda: None,
         fails: frozenset[str] = frozenset(),
         pools: dict[str, PoolSettings] | None = None,
+        offerings: Sequence[Offering] = (),
     ) -> None:
         self.kernel = kernel
         self.market = market
@@ -121,6 +127,14 @@ class SimBackend(MarketPrices):
         self.idle: list[IdleStretch] = []  # the pools' idle stretches, per instance
         self._to_bill: list[IdleTime] = []  # idle time for the ledger, not yet handed out
         self.warm_starts: set[str] = set()  # attempts (handle ids) started on warm instances
+        self._offerings = {o.id: o for o in offerings}
+        #: instances the pools booted with no job: (offering id, when, instance id)
+        self.boots: list[tuple[str, datetime, str]] = []
+        for oid, pool in self._pools.items():
+            if pool.settings.minimum or pool.settings.warm:
+                if oid not in self._offerings:
+                    raise ValueError(f"pool {oid}: boots for its floor, but is not in offerings")
+                self.kernel.schedule(kernel.now, partial(self._floor, oid), label=f"floor {oid}")
 
     # -- the port -------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Handle:
@@ -331,12 +345,15 @@ class SimBackend(MarketPrices):
 
     def warm_instances(self) -> dict[str, int]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
-        return {oid: len(p.idle) for oid, p in self._pools.items() if p.idle}
+        now = self.kernel.now
+        ready = {oid: len(p.ready(now)) for oid, p in self._pools.items()}
+        return {oid: n for oid, n in ready.items() if n}
 
     def warm_data(self) -> dict[str, dict[str, int]]:
         """See :class:`~budgeteer.backends.base.WarmPools`."""
+        now = self.kernel.now
         held = {
-            oid: Counter(i.data for i in p.idle if i.data is not None)
+            oid: Counter(i.data for i in p.ready(now) if i.data is not None)
             for oid, p in self._pools.items()
         }
         return {oid: dict(c) for oid, c in held.items() if c}
@@ -348,8 +365,44 @@ class SimBackend(MarketPrices):
         return taken
 
     def release_idle(self) -> None:
-        """See :class:`~budgeteer.backends.base.IdleBilling`: nothing to do at a cycle's end —
-        the simulation gives instances back at the very moment their pool's sizing says."""
+        """See :class:`~budgeteer.backends.base.IdleBilling`: the simulation gives instances
+        back at the very moment their pool's sizing says; at a cycle's end, a pool with a floor
+        boots what it lacks (the market may have taken some)."""
+        for oid, pool in self._pools.items():
+            if pool.settings.floor(self.kernel.now):
+                self._trim(self._offerings[oid])
+
+    def _floor(self, oid: str) -> None:
+        """Size a pool with a floor now, and again when its floor next changes."""
+        self._trim(self._offerings[oid])
+        at = self._pools[oid].settings.next_floor_change(self.kernel.now)
+        if at is not None:
+            self.kernel.schedule(at, lambda: self._floor(oid), label=f"floor {oid}")
+
+    def _boot(self, offering: Offering, pool: Warm, wanted: int, now: datetime) -> None:
+        """Boot up to ``wanted`` instances with no job: as many as the offering's capacity
+        leaves room for, none while its market has none; warm after its start-up, their idle
+        time the pool's team's."""
+        in_use = self._in_use.get(offering.id, 0)
+        room = wanted
+        if offering.max_instances is not None:
+            room = min(wanted, offering.max_instances - in_use)
+        if room <= 0 or not self.market.available(offering, now):
+            return
+        ready = now + timedelta(seconds=offering.startup_seconds)
+        team = pool.settings.team
+        for _ in range(room):
+            iid = f"boot-{offering.id}-{len(self.boots)}"
+            self.boots.append((offering.id, now, iid))
+            pool.idle.append(Idle(ready, iid, None, 0, now, None, team, now))
+        self._in_use[offering.id] = in_use + room
+        timeout = pool.settings.idle_timeout_seconds
+        self.kernel.schedule(
+            ready + timedelta(seconds=timeout),
+            lambda: self._trim(offering),
+            priority=AFTER_CYCLE,
+            label=f"idle {offering.id}",
+        )
 
     def _reusable(
         self, offering: Offering, instances: int, now: datetime, data: str | None = None
@@ -362,11 +415,12 @@ class SimBackend(MarketPrices):
         if pool is None:
             return None
         self._drop_revoked(offering, pool, now)
-        if len(pool.idle) < instances:
+        ready = pool.ready(now)
+        if len(ready) < instances:
             return None
         # stable: among equal keys, the order they came
-        pool.idle.sort(key=lambda i: (data is not None and i.data == data, i.since))
-        taken = pool.idle[-instances:]
+        ready.sort(key=lambda i: (data is not None and i.data == data, i.since))
+        taken = ready[-instances:]
         for idle in taken:
             self._stop_idling(offering, pool, idle, now)
         return tuple(i.instance_id for i in taken)
@@ -384,7 +438,8 @@ class SimBackend(MarketPrices):
         return len(freed)
 
     def _trim(self, offering: Offering) -> None:
-        """Give back what the pool's sizing releases (idle past the timeout, above ``min``)."""
+        """Give back what the pool's sizing releases (idle past the timeout, above its floor)
+        and boot what its floor lacks."""
         pool = self._pools[offering.id]
         now = self.kernel.now
         self._drop_revoked(offering, pool, now)
@@ -393,13 +448,15 @@ class SimBackend(MarketPrices):
         plan = size_pool(pool.settings, PoolState(busy, tuple(pool.idle_since)), Demand(), now)
         for since in plan.release:
             self._give_back(offering, pool, pool.first_since(since), until=now)
+        if plan.boot:
+            self._boot(offering, pool, plan.boot, now)
 
     def _drop_revoked(self, offering: Offering, pool: Warm, now: datetime) -> None:
         """Warm spot (or lent on-prem) instances the market took back since they went idle."""
         if offering.market not in REVOCABLE:
             return
         for idle in list(pool.idle):
-            taken = self._next_revocation(offering, idle.since, now)
+            taken = self._next_revocation(offering, idle.idle_from, now)
             if taken is not None:
                 self._give_back(offering, pool, idle, until=taken)
 
@@ -414,7 +471,7 @@ class SimBackend(MarketPrices):
         per stretch, so none shares its attempt and start with another) — queued for
         :meth:`take_idle`."""
         stretch = stop_idling(pool.idle, idle, offering.id, at)
-        self._bill_idle(offering, idle.since, at, idle.instance_id)
+        self._bill_idle(offering, idle.idle_from, at, idle.instance_id)
         if stretch is not None:
             self._to_bill.append(stretch)
 
@@ -433,6 +490,7 @@ class SimBackend(MarketPrices):
         """Bill every instance still idle up to ``at`` (the end of the simulation) and give it
         back."""
         offerings = {r.request.offering.id: r.request.offering for r in self._runs.values()}
+        offerings |= self._offerings
         for oid, pool in self._pools.items():
             offering = offerings.get(oid)
             if offering is None:

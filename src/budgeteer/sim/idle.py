@@ -32,16 +32,24 @@ class IdleStretch:
 
 @dataclass(eq=False, slots=True)
 class Idle:
-    """One idle pooled instance: since when, its id (an attempt that takes it keeps the id:
+    """One idle pooled instance: since when (one its pool booted with no job: from when its
+    start-up ends), its id (an attempt that takes it keeps the id:
     one instance, one id, however many jobs), the attempt whose end left it warm (whose
     ledger pays for its idle time) and until when that time went to the ledger."""
 
     since: datetime
     instance_id: str
-    job_id: str
+    job_id: str | None  # None: booted by its pool with no job (its team pays)
     attempt: int
     billed_from: datetime
     data: str | None = None  # the dataset its last job ran with (still on its disk)
+    team: str | None = None  # who pays for a booted instance
+    booted_at: datetime | None = None  # a booted instance: when it was (``since``: ready)
+
+    @property
+    def idle_from(self) -> datetime:
+        """When its idle time began (a booted instance's at its boot)."""
+        return self.since if self.booted_at is None else self.booted_at
 
 
 @dataclass
@@ -55,6 +63,10 @@ class Warm:
     def idle_since(self) -> list[datetime]:
         """When each idle instance became idle."""
         return [i.since for i in self.idle]
+
+    def ready(self, now: datetime) -> list[Idle]:
+        """The idle instances warm by ``now`` (not booting)."""
+        return [i for i in self.idle if i.since <= now]
 
     def first_since(self, since: datetime) -> Idle:
         """The (first) idle instance idle since ``since``."""

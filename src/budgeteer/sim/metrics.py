@@ -2,8 +2,9 @@
 series its report plots. Everything is computed from the run's store (jobs, events, attempts,
 ledger) after the fact, so the numbers are the ledger's, not a model's.
 
-- ``cost_usd`` — the ledger's total; ``on_demand_equivalent_usd`` — the same instance-hours at
-  on-demand prices (:mod:`budgeteer.ledger.accounting`);
+- ``cost_usd`` — the ledger's total and the pools' charges to teams;
+  ``on_demand_equivalent_usd`` — the jobs' instance-hours at on-demand prices
+  (:mod:`budgeteer.ledger.accounting`);
 - ``budget_overrun_usd`` — Σ over budgets and their periods of accrued above the limit;
 - ``sla_met_fraction`` per tier — among jobs whose deadline fell inside the horizon, the share
   that succeeded by it (``None`` when a tier had none);
@@ -16,8 +17,10 @@ ledger) after the fact, so the numbers are the ledger's, not a model's.
 - ``startups`` — attempts that booted instances (not those started on a pool's warm ones);
   ``startup_hours`` — the instance-hours of boot the ledger billed (billing starts at launch:
   Σ instances × min(the offering's start-up, the attempt's length)); ``idle_hours`` — instance-
-  hours billed with no job on them (a pool's warm instances between jobs; ``idle_usd`` their
-  cost, part of ``cost_usd``); ``warm_starts`` — attempts started on warm instances.
+  hours billed with no job on them (a pool's warm instances between jobs, and those it booted
+  for its floor from their boot; ``idle_usd`` their cost, part of ``cost_usd``);
+  ``warm_starts`` — attempts started on warm instances; ``pool_boots`` — instances pools booted
+  with no job (their start-ups are in ``idle_hours``, not ``startup_hours``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from budgeteer.ledger.accounting import OnDemandPrices, job_cost
 from budgeteer.ledger.billing import is_idle
 from budgeteer.sim.run import SimRun
 from budgeteer.sim.scenario import Built
+from budgeteer.store.records import PoolCharge
 
 ZERO = Decimal(0)
 
@@ -54,8 +58,10 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
     for e in ledger:
         if not is_idle(e):  # a job's own time (its pool's idle after it counts in the cost)
             by_job_led[e.job_id].append(e)
-    # the ledger: the attempts' time and the pools' idle instances (billed while they idle)
-    cost = sum((e.amount_usd for e in ledger), ZERO)
+    # the ledger: the attempts' time and the pools' idle instances (billed while they idle),
+    # and what pools booted with no job (charged to their teams)
+    charges = store.pool_charges()
+    cost = sum((e.amount_usd for e in ledger), ZERO) + sum((c.amount_usd for c in charges), ZERO)
     equivalent = sum(
         (
             job_cost(by_job_att[j], es, prices).on_demand_equivalent_usd
@@ -72,7 +78,7 @@ def summary(run: SimRun, built: Built) -> dict[str, Any]:
         "cost_usd": float(cost),
         "on_demand_equivalent_usd": float(equivalent),
         "savings_vs_on_demand_fraction": float(1 - cost / equivalent) if equivalent else 0.0,
-        "budget_overrun_usd": float(_overrun(built.budgets, jobs, ledger)),
+        "budget_overrun_usd": float(_overrun(built.budgets, _spend(jobs, ledger, charges))),
         "sla_met_fraction": _sla(run, built.end),
         "jobs_submitted": len(jobs),
         "jobs_completed": sum(j.state is JobState.SUCCEEDED for j in jobs.values()),
@@ -114,6 +120,7 @@ def _startups(attempts: list[Any], built: Built, run: SimRun | None = None) -> d
     warm = run.backend.warm_starts if run is not None else set()
     idle = run.backend.idle if run is not None else []
     ledger = run.store.ledger() if run is not None else []
+    charges = run.store.pool_charges() if run is not None else []
     startups, seconds = 0, 0.0
     for a in attempts:
         if f"{a.job_id}.{a.number}" in warm:
@@ -128,18 +135,37 @@ def _startups(attempts: list[Any], built: Built, run: SimRun | None = None) -> d
         "startup_hours": round(seconds / 3600, 3),
         "warm_starts": len(warm),
         "idle_hours": round(sum(i.hours for i in idle), 3),
-        "idle_usd": float(sum((e.amount_usd for e in ledger if is_idle(e)), ZERO)),
+        "idle_usd": float(
+            sum((e.amount_usd for e in ledger if is_idle(e)), ZERO)
+            + sum((c.amount_usd for c in charges), ZERO)
+        ),
+        "pool_boots": len(run.backend.boots) if run is not None else 0,
     }
 
 
-def _overrun(budgets: tuple[Budget, ...], jobs: dict[str, Any], ledger: list[Any]) -> Decimal:
+def _spend(
+    jobs: dict[str, Any], ledger: list[Any], charges: list[PoolCharge]
+) -> list[tuple[str, str | None, Decimal, datetime]]:
+    """Every dollar as ``(team, project, amount, at)``: the jobs' entries and the pools'
+    charges (their team's, no project), in time order."""
+    out = [
+        (jobs[e.job_id].team, jobs[e.job_id].project, e.amount_usd, e.end)
+        for e in ledger
+        if e.job_id in jobs
+    ]
+    out += [(c.team, None, c.amount_usd, c.end) for c in charges]
+    return sorted(out, key=lambda x: x[3])
+
+
+def _overrun(
+    budgets: tuple[Budget, ...], spend: list[tuple[str, str | None, Decimal, datetime]]
+) -> Decimal:
     total = ZERO
     for b in budgets:
         per_period: dict[datetime, Decimal] = defaultdict(Decimal)
-        for e in ledger:
-            job = jobs.get(e.job_id)
-            if job is not None and b.covers(job):
-                per_period[b.period.window(e.end)[0]] += e.amount_usd
+        for team, project, amount, at in spend:
+            if b.scope.covers(team, project):
+                per_period[b.period.window(at)[0]] += amount
         total += sum((max(ZERO, v - b.limit_usd) for v in per_period.values()), ZERO)
     return total
 
@@ -168,23 +194,23 @@ def series(run: SimRun, built: Built, step: timedelta = timedelta(hours=6)) -> d
         times.append(t)
         t += step
     spend: dict[str, list[float]] = {}
-    ledger = sorted(store.ledger(), key=lambda e: e.end)
-    teams = sorted({j.team for j in jobs.values()})
+    dollars = _spend(jobs, store.ledger(), store.pool_charges())
+    teams = sorted({j.team for j in jobs.values()} | {d[0] for d in dollars})
     team_budget = {b.scope.name: b for b in built.budgets if b.scope.kind.value == "team"}
     for team in teams:
         # spend in the current period of the team's budget (reset at each period start), so
         # it reads against the limit; cumulative over the horizon when the team has none
         budget = team_budget.get(team)
         total, i, points, window = 0.0, 0, [], None
-        mine = [e for e in ledger if jobs[e.job_id].team == team]
+        mine = [(amount, end) for who, _, amount, end in dollars if who == team]
         for at in times:
             if budget is not None and budget.period.window(at) != window:
                 window = budget.period.window(at)
                 total = 0.0
-                while i < len(mine) and mine[i].end < window[0]:
+                while i < len(mine) and mine[i][1] < window[0]:
                     i += 1
-            while i < len(mine) and mine[i].end <= at:
-                total += float(mine[i].amount_usd)
+            while i < len(mine) and mine[i][1] <= at:
+                total += float(mine[i][0])
                 i += 1
             points.append(total)
         spend[team] = points

@@ -100,6 +100,7 @@ def simulate(
         on_change=wake,
         fails=fails,
         pools=pools,
+        offerings=catalog.offerings,
     )
     # progress comes from the store (the simulated backend posts it): no file is ever read
     sched = Scheduler(

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from budgeteer.catalog import Catalog
+from budgeteer.domain.cron import cron_times
 from budgeteer.domain.job import Dependency, DependencyCondition, Job, Resources, SpotSettings, Work
 from budgeteer.domain.tier import Tier
 from budgeteer.errors import SpecError
-from budgeteer.domain.cron import cron_times
 from budgeteer.sim.run import Arrival
 from budgeteer.sim.schema import JobShape, Scenario
 from budgeteer.spec.job import parse_duration

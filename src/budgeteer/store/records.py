@@ -1,5 +1,6 @@
 """Append-only records the store keeps beside jobs: retraining signals, the spot decider's
-moves and pools' charges to teams (re-exported by :mod:`budgeteer.store.base`, whose ``Store`` port keeps them)."""
+moves and pools' charges to teams (re-exported by :mod:`budgeteer.store.base`, whose ``Store``
+port keeps them)."""
 
 from __future__ import annotations
 
