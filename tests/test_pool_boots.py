@@ -20,7 +20,7 @@ import pytest
 
 from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.backends.warm import PoolStateError
-from budgeteer.catalog import Catalog
+from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import PoolSettings, WarmWindow
@@ -28,7 +28,7 @@ from budgeteer.domain.job import JobState as S
 from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
 from budgeteer.scheduler import Scheduler
 from budgeteer.sim.run import Arrival, SimRun, simulate
-from budgeteer.store import SqlStore
+from budgeteer.store import PoolCharge, SqlStore
 from builders import EGRESS, THROUGHPUT, make_job, make_offering
 from test_loop_e2e import ARGS, SCRIPT
 
@@ -262,3 +262,38 @@ def test_a_min_pool_in_the_simulator_boots_at_the_start_and_keeps_one() -> None:
     assert (charge.start, charge.end) == (T0, a.started_at)
     after = [e for e in run.store.ledger() if is_idle(e)]
     assert [(e.start, e.end) for e in after] == [(a.ended_at, T0 + timedelta(hours=3))]
+
+
+# -- where a team sees what its pools cost ---------------------------------------------------------
+def test_a_pool_charge_shows_in_the_teams_budget_metrics_and_ledger(tmp_path: Path) -> None:
+    from api_world import ADMIN, make_world  # noqa: PLC0415
+
+    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
+    try:
+        spec = {"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": 1000}
+        assert w.http.post("/v1/budgets", json=spec, headers=w.auth(ADMIN)).status_code == 201
+        offering = next(o for o in load_catalog().offerings if o.accelerator == "T4")
+        now = w.clock.now()
+        w.store.add_pool_charge(
+            PoolCharge(
+                offering.id,
+                "growth",
+                now,
+                now + timedelta(minutes=30),
+                Decimal("0.526"),
+                Decimal("0.263"),
+                f"{IDLE_SOURCE}catalog",
+                ("boot-1",),
+            )
+        )
+        w.clock.advance(3600)
+        g = w.auth(w.growth)
+        status = w.http.get("/v1/budgets/growth-monthly/status", headers=g).json()
+        assert status["accrued_usd"] == "0.263000"  # the snapshot's spend book counts it
+        assert status["burn_down"][-1]["accrued_usd"] == "0.263000"
+        text = w.http.get("/metrics", headers=w.auth(ADMIN)).text
+        assert "budgeteer_idle_usd_total 0.263" in text
+        spend = [line for line in text.splitlines() if line.startswith("budgeteer_spend_usd_total")]
+        assert any('team="growth"' in s and offering.instance_type in s for s in spend), spend
+    finally:
+        w.store.close()

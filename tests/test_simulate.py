@@ -317,4 +317,5 @@ def test_startup_hours_are_the_boot_the_ledger_billed() -> None:
         "warm_starts": 0,
         "idle_hours": 0.0,
         "idle_usd": 0.0,
+        "pool_boots": 0,
     }

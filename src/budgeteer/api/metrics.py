@@ -16,12 +16,13 @@ from prometheus_client.registry import Collector
 from budgeteer.api.context import ApiContext
 from budgeteer.core import HoldReason
 from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Offering
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.domain.tier import Tier
 from budgeteer.ledger.accounting import job_cost
 from budgeteer.ledger.billing import is_idle
 from budgeteer.ledger.waste import spend_by_job, waste_usd
-from budgeteer.store import Attempt, LedgerEntry
+from budgeteer.store import Attempt, LedgerEntry, PoolCharge
 
 
 class StoreCollector(Collector):
@@ -44,10 +45,15 @@ class StoreCollector(Collector):
             labels=["team", "provider", "market", "instance_type"],
         )
         totals: dict[tuple[str, str, str, str], Decimal] = {}
-        for e in ledger:
-            o = offering_of.get(e.attempt_id)
+        charges = store.pool_charges()  # what pools booted with no job: their teams'
+        billed: list[tuple[str, Offering | None, LedgerEntry | PoolCharge]] = [
+            (jobs[e.job_id].team if e.job_id in jobs else "", offering_of.get(e.attempt_id), e)
+            for e in ledger
+        ]
+        billed += [(c.team, self.ctx.prices.offering(c.offering_id), c) for c in charges]
+        for team, o, e in billed:
             key = (
-                jobs[e.job_id].team if e.job_id in jobs else "",
+                team,
                 o.provider if o else "",
                 o.market.value if o else "",
                 o.instance_type if o else "",
@@ -101,7 +107,8 @@ class StoreCollector(Collector):
             "budgeteer_idle_usd",
             "Spend on pooled instances kept warm between jobs (billed to the job before)",
         )
-        idle.add_metric([], float(sum((e.amount_usd for e in ledger if is_idle(e)), Decimal(0))))
+        idle_usd = sum((e.amount_usd for e in ledger if is_idle(e)), Decimal(0))
+        idle.add_metric([], float(idle_usd + sum((c.amount_usd for c in charges), Decimal(0))))
         yield idle
         signals = CounterMetricFamily(
             "budgeteer_signals",

@@ -16,7 +16,14 @@ from budgeteer.domain.progress import parse_progress
 from budgeteer.ledger.accounting import job_cost
 from budgeteer.ledger.waste import wasted_jobs
 from budgeteer.scheduler.spot_live import PREFIX as SPOT_DECIDER
-from budgeteer.store import Attempt, ProgressReport, SignalRecord, SpotDecisionRecord
+from budgeteer.store import (
+    Attempt,
+    LedgerEntry,
+    PoolCharge,
+    ProgressReport,
+    SignalRecord,
+    SpotDecisionRecord,
+)
 from budgeteer.triggers.view import finite
 
 PARKED = {JobState.HELD, JobState.WAITING}
@@ -277,10 +284,15 @@ def budget_status(ctx: ApiContext, budget_id: str, spec: dict[str, Any]) -> dict
     proj = next(p for p in plan.budgets if p.budget_id == budget_id)
     start, end = proj.period_start, proj.period_end
     teams = {j.id: j for j in ctx.store.jobs()}  # finished jobs' spend counts too
-    covered = [
+    covered: list[LedgerEntry | PoolCharge] = [
         e
         for e in ctx.store.ledger()
         if e.job_id in teams and budget.covers(teams[e.job_id]) and start <= e.end < end
+    ]
+    covered += [  # what pools booted with no job, charged to their teams
+        c
+        for c in ctx.store.pool_charges()
+        if budget.scope.covers(c.team, None) and start <= c.end < end
     ]
     series = _burn_down(covered, start, min(snapshot.now, end))
     elapsed = max((snapshot.now - start).total_seconds(), 1.0)

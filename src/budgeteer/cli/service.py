@@ -266,11 +266,29 @@ def ledger(
                 usd(amount),
             )
     Console().print(table)
-    total = sum((e.amount_usd for e in entries), Decimal(0))
+    charges = svc.store.pool_charges() if job is None else []
+    if charges:  # what pools booted with no job (min, warm windows): their teams'
+        pools = Table(title="pool charges (instances booted with no job, paid by the team)")
+        for col in ("team", "offering", "instances", "start", "hours", "$/h", "source", "amount $"):
+            pools.add_column(col, justify="right" if col in {"hours", "amount $"} else "left")
+        for c in charges:
+            pools.add_row(
+                c.team,
+                c.offering_id,
+                str(c.instances),
+                when(c.start),
+                f"{(c.end - c.start).total_seconds() / 3600:.2f}",
+                str(c.usd_per_hour),
+                c.price_source,
+                f"{c.amount_usd:.6f}" if detail else usd(c.amount_usd),
+            )
+        Console().print(pools)
+    charged = sum((c.amount_usd for c in charges), Decimal(0))
+    total = sum((e.amount_usd for e in entries), Decimal(0)) + charged
     typer.echo(f"total: {total} USD" if detail else f"total: {usd(total)} USD")
-    idle = sum((e.amount_usd for e in entries if is_idle(e)), Decimal(0))
+    idle = sum((e.amount_usd for e in entries if is_idle(e)), Decimal(0)) + charged
     if idle:
-        typer.echo(f"of which idle (pooled instances kept warm between jobs): {usd(idle)} USD")
+        typer.echo(f"of which idle (pooled instances with no job on them): {usd(idle)} USD")
     jobs = {j.id: j for j in svc.store.jobs()}
     spent = spend_by_job((e.job_id, e.amount_usd) for e in svc.store.ledger())
     wasted = {j for ids in wasted_jobs(jobs).values() for j in ids}
