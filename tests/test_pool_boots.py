@@ -99,13 +99,29 @@ def test_a_min_pool_boots_before_any_job_and_its_team_pays_until_a_job_takes_it(
     assert not [e for e in store.ledger() if is_idle(e)]  # no job paid for the boot
     assert _team_spend(sched, "ml") == charge.amount_usd  # the team's budgets see it
 
-    # a ends: its instance idles, billed to a as any instance an attempt leaves warm, and the
-    # pool's min keeps it past the idle timeout (nothing more is booted: one is enough)
+    # a ends: its instance idles, billed to a as any instance an attempt leaves warm — but only
+    # up to the pool's idle timeout (60 s): past it, the pool's min keeps it, at the team's cost
     _until(sched, clock, lambda: store.job("a").state is S.SUCCEEDED, step=5.0)
     clock.advance(300)
     sched.cycle()
-    assert backend.warm_instances() == {"od": 1}
-    assert len(store.pool_charges()) == 1
+    assert backend.warm_instances() == {"od": 1}  # kept; nothing more booted: one is enough
+    [a] = store.attempts("a")
+    assert a.ended_at is not None
+    handed = a.ended_at + timedelta(seconds=60)
+    [idle] = [e for e in store.ledger() if is_idle(e)]
+    assert (idle.attempt_id, idle.start, idle.end) == (a.id, a.ended_at, handed)
+    assert len(store.pool_charges()) == 1  # the team's new stretch has not ended yet
+
+    b = dataclasses.replace(job, id="b", submitted_at=clock.now())
+    b = dataclasses.replace(b, command=(*job.command[:-1], str(tmp_path / "b.npy")))
+    store.submit([b], at=clock.now())
+    sched.cycle()  # b takes the instance: the team's stretch ends there
+    [b_attempt] = store.attempts("b")
+    assert b_attempt.instance_ids == a.instance_ids
+    first, second = store.pool_charges()
+    assert (second.team, second.start, second.end) == ("ml", handed, b_attempt.started_at)
+    assert second.amount_usd == amount_usd(PRICE, 1, handed, b_attempt.started_at)
+    assert _team_spend(sched, "ml") == first.amount_usd + second.amount_usd
     store.close()
 
 
@@ -241,27 +257,37 @@ def test_the_simulator_boots_for_a_window_on_time_and_the_job_starts_warm() -> N
             spans[iid].append((c.start, c.end))
     [taken] = a.instance_ids
     [other] = set(per_instance) - {taken}
-    assert spans[taken] == [(boot_at, a.started_at)]
+    closes = T0 + timedelta(minutes=90)
+    handed = a.ended_at + timedelta(seconds=60)  # a pays for its instance's idle up to the timeout;
+    # past it, the open window keeps the instance, at the team's cost, until it closes
+    assert spans[taken] == [(boot_at, a.started_at), (handed, closes)]
+    [a_idle] = [e for e in run.store.ledger() if is_idle(e)]
+    assert (a_idle.start, a_idle.end) == (a.ended_at, handed)
     assert spans[other][0][0] == boot_at
-    assert spans[other][-1][1] == T0 + timedelta(minutes=90)
+    assert spans[other][-1][1] == closes
     # the simulator's own per-instance stretches and the charges agree to rounding
-    booted = sum((i.amount_usd for i in run.backend.idle if i.start == boot_at), Decimal(0))
-    charged = sum((c.amount_usd for c in charges), Decimal(0))
-    assert abs(booted - charged) <= (len(charges) + len(run.backend.idle)) * Decimal("0.5e-8")
-    assert charged == amount_usd(Decimal(2), 1, boot_at, a.started_at) + amount_usd(
-        Decimal(2), 1, boot_at, T0 + timedelta(minutes=90)
+    stretches = sum((i.amount_usd for i in run.backend.idle), Decimal(0))
+    charged = sum((c.amount_usd for c in charges), Decimal(0)) + a_idle.amount_usd
+    assert abs(stretches - charged) <= (len(charges) + len(run.backend.idle)) * Decimal("1e-8")
+    spans_usd = sum(
+        (amount_usd(Decimal(2), 1, x, y) for x, y in [*spans[taken], *spans[other]]), Decimal(0)
     )
+    assert abs(charged - a_idle.amount_usd - spans_usd) <= len(charges) * Decimal("1e-8")
+    assert spans_usd.quantize(Decimal("0.01")) == Decimal("1.90")  # 7 + 32 + 18 min at $2/h
 
 
 def test_a_min_pool_in_the_simulator_boots_at_the_start_and_keeps_one() -> None:
     run = _sim(PoolSettings("od", 1, 4, 60.0, BOOT, 0.0, (), "ml"), 30)
     assert [at for _, at, _ in run.backend.boots] == [T0]  # one boot, at the start
     assert run.backend.warm_starts == {"a.1"}
-    [charge] = run.store.pool_charges()  # until a took it; after a, a's idle to the end
     [a] = run.store.attempts("a")
-    assert (charge.start, charge.end) == (T0, a.started_at)
+    assert a.ended_at is not None
+    handed = a.ended_at + timedelta(seconds=60)
+    # the team's until a took it; a's idle after it up to the timeout; the team's to the end
+    charges = [(c.team, c.start, c.end) for c in run.store.pool_charges()]
+    assert charges == [("ml", T0, a.started_at), ("ml", handed, T0 + timedelta(hours=3))]
     after = [e for e in run.store.ledger() if is_idle(e)]
-    assert [(e.start, e.end) for e in after] == [(a.ended_at, T0 + timedelta(hours=3))]
+    assert [(e.job_id, e.start, e.end) for e in after] == [("a", a.ended_at, handed)]
 
 
 # -- where a team sees what its pools cost ---------------------------------------------------------

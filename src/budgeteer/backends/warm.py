@@ -32,7 +32,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -92,6 +92,7 @@ class Idling(Protocol):
     ledger pays) or, for one its pool booted with no job (``job_id`` ``None``), the pool's team;
     its id; and until when its idle time has been handed out."""
 
+    since: datetime
     job_id: str | None
     attempt: int
     team: str | None
@@ -117,6 +118,35 @@ def stop_idling(idle: list[IdleT], w: IdleT, offering_id: str, at: datetime) -> 
     for v in group:
         v.billed_from = at
     return stretch
+
+
+def hand_over(
+    idle: list[IdleT], settings: PoolSettings, offering_id: str, now: datetime
+) -> list[IdleTime]:
+    """The pool's floor keeps ``idle`` (its idle instances) past their idle timeout: an attempt
+    pays for the idle time it leaves only up to the pool's ``idle_timeout`` — from then on an
+    instance the floor keeps is the pool's ``team``'s. Each instance left by an attempt idle
+    that long (and its whole group: they left together) is billed to the attempt up to that
+    moment — the stretches returned — and handed to the team (no-op for a pool without a team
+    or a floor)."""
+    if settings.team is None or not settings.floor(now):
+        return []
+    timeout = timedelta(seconds=settings.idle_timeout_seconds)
+    out: list[IdleTime] = []
+    for w in list(idle):
+        if w.job_id is None or now - w.since < timeout:
+            continue
+        at = max(w.since + timeout, w.billed_from)
+        key = (w.job_id, w.attempt, w.team, w.billed_from)
+        group = [v for v in idle if (v.job_id, v.attempt, v.team, v.billed_from) == key]
+        if at > w.billed_from:
+            ids = tuple(v.instance_id for v in group)
+            out.append(
+                IdleTime(offering_id, w.billed_from, at, w.job_id, w.attempt, len(group), None, ids)
+            )
+        for v in group:
+            v.job_id, v.attempt, v.team, v.billed_from = None, 0, settings.team, at
+    return out
 
 
 @dataclass(eq=False, slots=True)
@@ -258,6 +288,10 @@ class WarmInstances:
             plan = size_pool(settings, state, Demand(), now)
             for since in plan.release:
                 self._give_back(next(w for w in idle if w.since == since), now)
+            handed = hand_over(idle, settings, oid, now)
+            if handed:
+                self._idle += handed
+                self.save()
             if plan.boot and boot is not None:
                 self._boot(settings, *boot(oid, plan.boot, now), now)
 

@@ -56,7 +56,7 @@ from budgeteer.backends.market import (
     SandboxMarket,
     next_available,
 )
-from budgeteer.backends.warm import stop_idling
+from budgeteer.backends.warm import hand_over, stop_idling
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import Demand, PoolSettings, PoolState, size_pool
 from budgeteer.core.speed import modelled_fraction_per_hour
@@ -448,6 +448,7 @@ class SimBackend(MarketPrices):
         plan = size_pool(pool.settings, PoolState(busy, tuple(pool.idle_since)), Demand(), now)
         for since in plan.release:
             self._give_back(offering, pool, pool.first_since(since), until=now)
+        self._to_bill += hand_over(pool.idle, pool.settings, offering.id, now)
         if plan.boot:
             self._boot(offering, pool, plan.boot, now)
 
