@@ -10,6 +10,7 @@ from decimal import Decimal
 from budgeteer.ledger.billing import IDLE_SOURCE
 from budgeteer.ledger.pools import pool_history
 from budgeteer.store.base import Attempt, LedgerEntry
+from budgeteer.store.records import PoolCharge
 
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
 
@@ -85,3 +86,22 @@ def test_an_empty_pool_is_flat() -> None:
     h = pool_history(["t4"], [], [], at(0), at(60))["t4"]
     assert h.steps == ((at(0), 0, 0),)
     assert (h.launches, h.warm_starts, h.idle_usd) == (0, 0, Decimal("0.00"))
+
+
+def test_instances_a_pool_booted_count_as_idle_until_a_job_takes_them() -> None:
+    """Two instances booted for a warm window at minute 0 (charged to the team), one taken by
+    a job at 10; the other given back at 30."""
+    charges = [
+        PoolCharge(
+            "t4", "ml", at(0), at(10), Decimal("6"), Decimal("2.00"), "idle", ("b-1", "b-2")
+        ),
+        PoolCharge("t4", "ml", at(10), at(30), Decimal("6"), Decimal("2.00"), "idle", ("b-2",)),
+        PoolCharge("other", "ml", at(0), at(60), Decimal("6"), Decimal("6.00"), "idle", ("x",)),
+    ]
+    attempts = [attempt(1, 10, 20, ("b-1",))]
+    h = pool_history(["t4"], attempts, [], at(0), at(60), charges)["t4"]
+    assert [s[1:] for s in h.steps] == [(0, 2), (1, 1), (0, 1), (0, 0)]
+    assert [s[0] for s in h.steps] == [at(0), at(10), at(20), at(30)]
+    assert h.idle_usd == Decimal("4.00")
+    assert h.idle_hours == Decimal("0.6667")  # 2 × 10 min + 20 min
+    assert (h.launches, h.warm_starts) == (1, 1)  # b-1 was booted: no boot for the job

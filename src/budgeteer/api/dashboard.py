@@ -9,6 +9,7 @@ A browser cannot send a bearer header: the login form opens a server-side sessio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
@@ -286,7 +287,7 @@ def dashboard(
         finished=finished,
         preemptions=preemptions,
         signals=[r for r in ctx.store.signals(limit=200) if who.sees_team(r.team)][:10],
-        pools=_pools(ctx, set(views)),
+        pools=_pools(ctx, set(views), who.sees_team),
         pool_hours=POOL_HOURS,
     )
     return HTMLResponse(html)
@@ -295,9 +296,10 @@ def dashboard(
 POOL_HOURS = 24
 
 
-def _pools(ctx: Ctx, visible: set[str]) -> list[dict[str, Any]]:
+def _pools(ctx: Ctx, visible: set[str], sees: Callable[[str], bool]) -> list[dict[str, Any]]:
     """The pooled offerings' rows: settings, now, and the last :data:`POOL_HOURS` hours of the
-    caller's jobs there (a team sees its own share of a shared pool)."""
+    caller's jobs there and of what the pools booted for the caller's teams (a team sees its
+    own share of a shared pool)."""
     views = ctx.snapshot().pools
     if not views:
         return []
@@ -310,6 +312,7 @@ def _pools(ctx: Ctx, visible: set[str]) -> list[dict[str, Any]]:
         ledger,
         now - timedelta(hours=POOL_HOURS),
         now,
+        [c for c in ctx.store.pool_charges() if sees(c.team)],
     )
     rows = []
     for v in views:

@@ -4,9 +4,11 @@ cost — the dashboard's "Pools" section.
 
 Everything comes from what is kept, so a restarted service shows the same: an attempt holds its
 instances from its launch to its end (the boot included); an idle stretch is a ledger entry of
-the attempt that left the instance warm (:data:`~budgeteer.ledger.billing.IDLE_SOURCE`); an
+the attempt that left the instance warm (:data:`~budgeteer.ledger.billing.IDLE_SOURCE`) or a
+charge to the pool's team for one it booted with no job; an
 attempt started on a warm instance carries that instance's id (the sandbox keeps ids through
-reuse), so a **warm start** is an attempt with an instance id an earlier attempt already had.
+reuse), so a **warm start** is an attempt with an instance id an earlier attempt already had, or
+one its pool booted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from decimal import Decimal
 
 from budgeteer.ledger.billing import is_idle
 from budgeteer.store.base import Attempt, LedgerEntry
+from budgeteer.store.records import PoolCharge
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +46,11 @@ def pool_history(
     ledger: Iterable[LedgerEntry],
     since: datetime,
     until: datetime,
+    charges: Iterable[PoolCharge] = (),
 ) -> dict[str, PoolHistory]:
     """Each of ``offering_ids``' history over ``[since, until]`` (see :class:`PoolHistory`);
-    an attempt still running holds its instances to the end."""
+    an attempt still running holds its instances to the end. ``charges``: what the pools
+    booted with no job (idle, their teams')."""
     wanted = set(offering_ids)
     by_id: dict[int, Attempt] = {}
     runs: dict[str, list[Attempt]] = defaultdict(list)
@@ -57,21 +62,24 @@ def pool_history(
     changes: dict[str, list[tuple[datetime, int, int]]] = defaultdict(list)
     idle_seconds: dict[str, Decimal] = defaultdict(Decimal)
     idle_usd: dict[str, Decimal] = defaultdict(Decimal)
+    idle: list[tuple[str, LedgerEntry | PoolCharge]] = []
     for e in ledger:
         owner = by_id.get(e.attempt_id)
-        if not is_idle(e) or owner is None or owner.offering_id not in wanted:
-            continue
-        oid = owner.offering_id
-        changes[oid] += [(e.start, 0, e.instances), (e.end, 0, -e.instances)]
-        start, end = max(e.start, since), min(e.end, until)
+        if is_idle(e) and owner is not None and owner.offering_id in wanted:
+            idle.append((owner.offering_id, e))
+    idle += [(c.offering_id, c) for c in charges if c.offering_id in wanted]
+    for oid, x in idle:
+        changes[oid] += [(x.start, 0, x.instances), (x.end, 0, -x.instances)]
+        start, end = max(x.start, since), min(x.end, until)
         if start < end:  # the window's share (an entry straddling it counted pro rata)
-            span = Decimal(str((e.end - e.start).total_seconds()))
+            span = Decimal(str((x.end - x.start).total_seconds()))
             part = Decimal(str((end - start).total_seconds()))
-            idle_seconds[oid] += part * e.instances
-            idle_usd[oid] += e.amount_usd * part / span
+            idle_seconds[oid] += part * x.instances
+            idle_usd[oid] += x.amount_usd * part / span
+    booted = {iid for _, x in idle if isinstance(x, PoolCharge) for iid in x.instance_ids}
     out: dict[str, PoolHistory] = {}
     for oid in sorted(wanted):
-        seen: set[str] = set()
+        seen = set(booted)  # an instance a pool booted is warm for the first job too
         launches = warm = 0
         for a in sorted(runs[oid], key=lambda a: (a.started_at, a.id)):
             changes[oid].append((a.started_at, a.instances, 0))
