@@ -9,6 +9,7 @@ import io
 import json
 import shlex
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,36 @@ def test_a_malformed_assignment_fails_its_attempt_instead_of_hanging_it() -> Non
     before = dict(s3.objects)
     assert ec2_agent.serve_pool(_agent_args(0.1), _Imds(), s3, "i-2") == 0
     assert set(s3.objects) == set(before) - {"p/instances/i-2/next.json"}  # nowhere to say it
+
+
+def test_a_pool_with_a_min_boots_an_instance_with_no_job_and_the_next_job_takes_it(
+    moto_url: str, tmp_path: Path
+) -> None:
+    """The pool's min boots one instance with no job (tagged with the team that pays); the
+    floor met, nothing more is booted; a restarted backend still holds it; the next job runs
+    on it — no second ``RunInstances`` — and the time it idled is the team's."""
+    fast = replace(ON_DEMAND, id="aws-od-fast", startup_seconds=0.0)
+    pools = {fast.id: PoolSettings(fast.id, 1, 2, 0.0, 0.0, team="ml")}
+    w = open_world(moto_url, tmp_path, (fast,))
+    try:
+        backend = w.restarted(pools)
+        backend.release_idle()
+        [iid] = _instances(w)
+        tags = {t["Key"]: t["Value"] for t in _describe(w, iid).get("Tags", [])}
+        assert tags["budgeteer:pool-team"] == "ml"
+        assert "budgeteer:job" not in tags
+        assert backend.warm_instances() == {fast.id: 1}
+        backend.release_idle()  # the floor is met: no second boot
+        assert list(_instances(w)) == [iid]
+        restarted = w.restarted(pools)
+        assert restarted.warm_instances() == {fast.id: 1}
+        handle, _ = _run(restarted, "first", fast)
+        assert handle.instance_ids == (iid,)
+        assert handle.id in restarted.warm_starts
+        assert "ran first 1 0" in w.instances.log(iid)
+        [stretch] = restarted.take_idle()
+        assert (stretch.job_id, stretch.team, stretch.instance_ids) == (None, "ml", (iid,))
+        assert stretch.end == handle.launched_at
+        assert list(_instances(w)) == [iid]  # kept: the job's instance now, warm again
+    finally:
+        w.instances.close()

@@ -327,13 +327,6 @@ class ServiceConfig(_Strict):
             "ray": "the node type's min_workers and the autoscaler's idle_timeout_minutes",
             "slurm": "the partition's nodes (and its power saving's SuspendTime)",
         }.get(self.backend.kind)
-        if self.backend.kind == "ec2":
-            for i, pool in enumerate(self.pools):
-                if pool.warm:
-                    raise ValueError(
-                        f"pools[{i}].warm: the ec2 backend boots no instance ahead of a job yet "
-                        "(its min keeps instances from being given back; the sandbox boots both)"
-                    )
         for i, pool in enumerate(self.pools if where else ()):
             if pool.min or pool.idle_timeout is not None or pool.warm:
                 field = "min" if pool.min else "warm" if pool.warm else "idle_timeout"

@@ -326,9 +326,9 @@ class Ec2Backend(CatalogPrices):
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`: the warm instances EC2 no longer
         runs (the market took them, someone terminated them) are dropped, billed until now;
-        those each pool's sizing releases are given back."""
-        warm = self.pools.warm_ids()
-        if not warm:
+        those each pool's sizing releases are given back, what a floor lacks is booted."""
+        warm, now = self.pools.warm_ids(), self.clock.now()
+        if not warm and not self.pools.floors(now):
             return
         self._read_interruptions()
         seen = self._describe(tuple(sorted(warm)))
@@ -339,7 +339,10 @@ class Ec2Backend(CatalogPrices):
         }
         with self._lock:
             busy = {oid: self._busy(oid) for oid in self.pools.settings}
-        self.pools.release_idle(busy, lost, self.clock.now())
+        for oid, wanted in self.pools.release_idle(busy, lost, now).items():
+            offering = self.offerings[oid]
+            spot = self._max_price(offering, None) if offering.market is Market.SPOT else None
+            self.pools.boot(offering, wanted, now, spot, self._run)
 
     def _busy(self, offering_id: str) -> int:
         """Instances of ``offering_id`` running attempts now (under the lock)."""

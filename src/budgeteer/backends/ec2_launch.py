@@ -128,22 +128,59 @@ def run_instances_args(
     subnet is added per try): tagged with the deployment ``namespace`` and the attempt, whose
     key makes the client token; ``spot_max_price`` is the ``MaxPrice`` of a spot launch
     (``None``: AWS's cap, on-demand)."""
-    offering = request.offering
     key = attempt_key(request, namespace)
+    tags = {"budgeteer:job": request.job_id, "budgeteer:attempt": str(request.attempt)}
+    count = (request.instances, request.instances)
+    return _run_args(
+        settings, request.offering, namespace, count, tags, key, user_data, spot_max_price
+    )
+
+
+def pool_boot_args(
+    settings: Ec2Settings,
+    offering: Offering,
+    namespace: str,
+    user_data: str,
+    count: int,
+    team: str,
+    token: str,
+    spot_max_price: str | None,
+) -> dict[str, Any]:
+    """``RunInstances``' arguments for a pool's boot with no job: 1 to ``count`` instances of
+    ``offering`` (as many as EC2 has), tagged with the deployment and ``budgeteer:pool-team``
+    (who pays while they idle); ``token`` makes the boot idempotent."""
+    tags = {"budgeteer:pool-team": team}
+    return _run_args(
+        settings, offering, namespace, (1, count), tags, token, user_data, spot_max_price
+    )
+
+
+def _run_args(
+    settings: Ec2Settings,
+    offering: Offering,
+    namespace: str,
+    count: tuple[int, int],
+    own_tags: Mapping[str, str],
+    name: str,
+    user_data: str,
+    spot_max_price: str | None,
+) -> dict[str, Any]:
+    """The arguments every ``RunInstances`` of the deployment shares (see
+    :func:`run_instances_args`): ``count`` is ``(MinCount, MaxCount)``, ``name`` the ``Name``
+    tag and client token."""
     tags = [
         {"Key": "budgeteer:deployment", "Value": namespace},
-        {"Key": "budgeteer:job", "Value": request.job_id},
-        {"Key": "budgeteer:attempt", "Value": str(request.attempt)},
+        *({"Key": k, "Value": v} for k, v in own_tags.items()),
         {"Key": "budgeteer:offering", "Value": offering.id},
-        {"Key": "Name", "Value": key},
+        {"Key": "Name", "Value": name},
     ]
     kwargs: dict[str, Any] = {
         "ImageId": settings.image(offering),
         "InstanceType": offering.instance_type,
-        "MinCount": request.instances,
-        "MaxCount": request.instances,
+        "MinCount": count[0],
+        "MaxCount": count[1],
         "UserData": user_data,
-        "ClientToken": key[-64:],
+        "ClientToken": name[-64:],
         "InstanceInitiatedShutdownBehavior": "terminate",
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": tags},

@@ -15,8 +15,11 @@ there. An instance is given back — ``release`` put in its mailbox and ``Termin
 when the pool's sizing says so (idle past ``idle_timeout`` above ``min``), to make room under
 the pool's ``max`` for a fresh launch, or when it was found gone (terminated by the market or
 someone else: billed until seen, never taken again). Idle time is billed as in the sandbox: to
-the attempt that left the instance warm. The warm instances and idle stretches not yet billed
-live in S3 (``PREFIX/DEPLOYMENT/pools.json``), read back by a restarted backend.
+the attempt that left the instance warm, up to the pool's ``idle_timeout``, then to the pool's
+team while its floor keeps it. A pool with a floor (``min``, ``warm`` windows) boots what it
+lacks with no job (:meth:`Ec2Pools.boot`: the same bootstrap, tagged ``budgeteer:pool-team``),
+charged to its team until a job takes the instance. The warm instances and idle stretches not
+yet billed live in S3 (``PREFIX/DEPLOYMENT/pools.json``), read back by a restarted backend.
 """
 
 from __future__ import annotations
@@ -25,12 +28,20 @@ import json
 import logging
 import math
 import threading
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from budgeteer.backends.base import Handle, IdleTime, LaunchFailed, LaunchRequest, job_variables
+from budgeteer.backends.base import (
+    CapacityUnavailable,
+    Handle,
+    IdleTime,
+    LaunchFailed,
+    LaunchRequest,
+    job_variables,
+)
 from budgeteer.backends.ec2_launch import (
     MAX_USER_DATA,
     Ec2Settings,
@@ -38,6 +49,7 @@ from budgeteer.backends.ec2_launch import (
     attempt_key,
     client_error,
     deployment_root,
+    pool_boot_args,
 )
 from budgeteer.backends.warm import PoolStateError, WarmInstances
 from budgeteer.core.pools import PoolSettings
@@ -55,8 +67,11 @@ WARM_GRACE_SECONDS = 3600.0
 
 def warm_limit(pool: PoolSettings) -> float:
     """How long the agents of ``pool``'s instances wait with nothing to run (see
-    :data:`WARM_GRACE_SECONDS`)."""
-    return math.inf if pool.minimum > 0 else pool.idle_timeout_seconds + WARM_GRACE_SECONDS
+    :data:`WARM_GRACE_SECONDS`; a ``warm`` window's instances wait it out too)."""
+    if pool.minimum > 0:
+        return math.inf
+    window = max((w.seconds for w in pool.warm), default=0.0)
+    return window + pool.idle_timeout_seconds + WARM_GRACE_SECONDS
 
 
 def render_pool_user_data(settings: Ec2Settings, namespace: str, limit: float) -> str:
@@ -157,12 +172,12 @@ class Ec2Pools:
     def counts(self) -> dict[str, int]:
         """Warm instances by pooled offering (none while the state cannot be read back from
         S3: the planner then plans without them, and the read is tried again next time)."""
-        return self._read(WarmInstances.counts)
+        return self._read(lambda warm: warm.counts(self.now()))
 
     def data(self) -> dict[str, dict[str, int]]:
         """The datasets warm instances hold, by pooled offering (none while the state cannot
         be read back, as for :meth:`counts`)."""
-        return self._read(WarmInstances.data)
+        return self._read(lambda warm: warm.data(self.now()))
 
     def _read(self, what: Callable[[WarmInstances], dict[str, T]]) -> dict[str, T]:
         """``what`` of the warm instances, or nothing while S3 does not answer (a warning);
@@ -241,15 +256,53 @@ class Ec2Pools:
             warm.make_room(offering_id, short + warm.held(offering_id), now)
         self._end(())
 
-    def release_idle(self, busy: Mapping[str, int], lost: set[str], now: datetime) -> None:
+    def release_idle(
+        self, busy: Mapping[str, int], lost: set[str], now: datetime
+    ) -> dict[str, int]:
         """Drop the ``lost`` warm instances (billed until ``now``) and give back what each
-        pool's sizing releases (``busy``: instances running attempts, by offering)."""
+        pool's sizing releases (``busy``: instances running attempts, by offering); the
+        instances each pool's floor lacks, by offering id (for :meth:`boot`)."""
         with self._lock:
             warm = self._ready(now)
             if lost:
                 warm.lost(lost, now)
-            warm.release(lambda oid: busy.get(oid, 0), now)
+            boots = warm.release(lambda oid: busy.get(oid, 0), now)
         self._end(())
+        return boots
+
+    def floors(self, now: datetime) -> bool:
+        """Whether any pool has a floor now (its ``min``, an open ``warm`` window)."""
+        return any(p.floor(now) for p in self.settings.values())
+
+    def boot(
+        self,
+        offering: Offering,
+        wanted: int,
+        now: datetime,
+        spot_price: str | None,
+        run: Callable[[Offering, str, dict[str, Any]], Any],
+    ) -> None:
+        """Boot 1 to ``wanted`` instances of a pooled offering with no job, for its pool's
+        floor, in one ``RunInstances`` (``run``: the backend's, which fails over between
+        subnets): their agents wait for work in their mailboxes; warm (taken by a launch)
+        after the offering's start-up, idle from now at the pool's team's cost. A refusal
+        (capacity, a bad request) is logged and tried again at the next cycle."""
+        team = self.settings[offering.id].team or ""
+        stamp = zlib.crc32(offering.id.encode())
+        token = f"bgt-{self.namespace}-boot-{stamp:08x}-{now:%Y%m%dT%H%M%S}"
+        user_data = self.user_data(offering.id)
+        kwargs = pool_boot_args(
+            self.ec2, offering, self.namespace, user_data, wanted, team, token, spot_price
+        )
+        try:
+            reply = run(offering, token, kwargs)
+        except (CapacityUnavailable, LaunchFailed) as exc:
+            log.warning("pool %s: cannot boot %d instance(s): %s", offering.id, wanted, exc)
+            return
+        ids = tuple(sorted(str(i["InstanceId"]) for i in reply.get("Instances", [])))
+        ready = now + timedelta(seconds=offering.startup_seconds)
+        with self._lock:
+            self._ready(now).booted(offering, ids, now, ready)
 
     def _end(self, ids: tuple[str, ...]) -> None:
         """End ``ids`` and every instance the pools gave back: ``release`` in each mailbox

@@ -64,7 +64,7 @@ from budgeteer.backends.jobuser import (
     prepare_private_folder,
 )
 from budgeteer.backends.market import REVOCABLE, MarketPrices, SandboxMarket, next_available
-from budgeteer.backends.warm import Booted, FileDoc, WarmInstances
+from budgeteer.backends.warm import FileDoc, WarmInstances
 from budgeteer.clock import Clock
 from budgeteer.core.pools import PoolSettings
 from budgeteer.domain.offering import Market, Offering
@@ -306,22 +306,23 @@ class SandboxBackend(MarketPrices):
         if not self._pools.settings:
             return
         with self._lock:  # what the loop's reconcile saw: ends noticed later go next cycle
-            self._pools.release(self._busy, self.clock.now(), self._boot)
+            now = self.clock.now()
+            for oid, wanted in self._pools.release(self._busy, now).items():
+                self._boot(self._offerings[oid], wanted, now)
             self._pools.take_released()  # a sandbox instance ends when it is given back
 
-    def _boot(self, offering_id: str, wanted: int, now: datetime) -> Booted:
+    def _boot(self, offering: Offering, wanted: int, now: datetime) -> None:
         """Boot up to ``wanted`` instances of a pooled offering with no job (for its pool's
         floor): as many as its capacity leaves room for, none while its market has none;
         ready after its start-up."""
-        offering = self._offerings[offering_id]
         room = wanted
         if offering.max_instances is not None:
-            used = self._busy(offering_id) + self._pools.held(offering_id)
+            used = self._busy(offering.id) + self._pools.held(offering.id)
             room = min(wanted, offering.max_instances - used)
         if room <= 0 or not self.market.available(offering, now):
-            return offering, (), now
+            return
         ids = tuple(f"boot-{uuid.uuid4().hex[:12]}" for _ in range(room))
-        return offering, ids, now + timedelta(seconds=offering.startup_seconds)
+        self._pools.booted(offering, ids, now, now + timedelta(seconds=offering.startup_seconds))
 
     def _busy(self, offering_id: str) -> int:
         return sum(

@@ -13,7 +13,8 @@ one attempt left warm are billed together, stretch by stretch, as each of them s
 so no two ledger entries of that attempt start at the same time.
 
 A pool with a floor (its ``min``, a ``warm`` window open or opening within one start-up) boots
-the instances it lacks with no job (:meth:`WarmInstances.release` with a ``boot``): each is
+the instances it lacks with no job (:meth:`WarmInstances.release` says how many, the backend
+boots them and hands them to :meth:`WarmInstances.booted`): each is
 warm from when its start-up ends (``since``; not counted nor taken before), and its idle time —
 from the boot, start-up included — goes to the pool's ``team`` (an :class:`~budgeteer.backends.
 base.IdleTime` with no job) until a job takes it or it is given back.
@@ -167,13 +168,6 @@ class _Warm:
     team: str | None = None
 
 
-#: Instances booted with no job: the offering, their ids (fewer than asked, or none, when its
-#: capacity or market says so) and when they are ready.
-Booted = tuple[Offering, tuple[str, ...], datetime]
-#: Boots a pooled offering's instances with no job: ``(offering id, how many, now)``.
-Boot = Callable[[str, int, datetime], Booted]
-
-
 class WarmInstances:
     """The pooled offerings' warm instances (see the module docstring). ``settings``: offering
     id → its pool; empty, nothing is kept and nothing is written."""
@@ -277,12 +271,14 @@ class WarmInstances:
         )
         self.save()
 
-    def release(self, busy: Callable[[str], int], now: datetime, boot: Boot | None = None) -> None:
+    def release(self, busy: Callable[[str], int], now: datetime) -> dict[str, int]:
         """Give back what each pool's sizing releases (``busy``: an offering's instances
-        running attempts now) and, with ``boot``, boot what a pool's floor lacks."""
+        running attempts now); the instances each pool's floor lacks, by offering id, for the
+        backend to boot (and hand to :meth:`booted`)."""
+        boots: dict[str, int] = {}
         for oid, settings in self.settings.items():
             idle = self._warm.get(oid, [])
-            if not idle and not (boot is not None and settings.floor(now)):
+            if not idle and not settings.floor(now):
                 continue
             state = PoolState(busy(oid), tuple(w.since for w in idle))
             plan = size_pool(settings, state, Demand(), now)
@@ -292,21 +288,19 @@ class WarmInstances:
             if handed:
                 self._idle += handed
                 self.save()
-            if plan.boot and boot is not None:
-                self._boot(settings, *boot(oid, plan.boot, now), now)
+            if plan.boot:
+                boots[oid] = plan.boot
+        return boots
 
-    def _boot(
-        self,
-        settings: PoolSettings,
-        offering: Offering,
-        ids: tuple[str, ...],
-        ready: datetime,
-        now: datetime,
+    def booted(
+        self, offering: Offering, ids: tuple[str, ...], now: datetime, ready: datetime
     ) -> None:
-        """Instances ``ids`` booted ``now`` with no job, warm from ``ready``; the team pays."""
+        """Instances ``ids`` of a pooled offering booted ``now`` with no job, warm from
+        ``ready``: idle from now, their pool's team paying."""
+        team = self.settings[offering.id].team
         if ids:
             self._warm.setdefault(offering.id, []).extend(
-                _Warm(ready, offering, None, 0, iid, now, None, settings.team) for iid in ids
+                _Warm(ready, offering, None, 0, iid, now, None, team) for iid in ids
             )
             self.save()
 
