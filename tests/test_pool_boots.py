@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -31,6 +29,7 @@ from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.store import PoolCharge, SqlStore
 from builders import EGRESS, THROUGHPUT, make_job, make_offering
 from test_loop_e2e import ARGS, SCRIPT
+from test_sandbox_pools import _loop
 
 T0 = datetime(2026, 12, 4, 1, tzinfo=UTC)
 PRICE = Decimal("3.0")
@@ -47,16 +46,6 @@ def _world(
     market = TraceMarket(np.array([False]), 60, T0)
     backend = SandboxBackend(clock, market, tmp_path / "work", pools={"od": pool}, offerings=(OD,))
     return Scheduler(store, backend, catalog, clock, tmp_path / "ckpt"), store, clock, backend
-
-
-def _until(sched: Scheduler, clock: ManualClock, done: Callable[[], bool], step: float) -> None:
-    for _ in range(4000):
-        sched.cycle()
-        if done():
-            return
-        clock.advance(step)
-        time.sleep(0.005)
-    raise AssertionError("the loop did not get there")
 
 
 def _team_spend(sched: Scheduler, team: str) -> Decimal:
@@ -101,7 +90,7 @@ def test_a_min_pool_boots_before_any_job_and_its_team_pays_until_a_job_takes_it(
 
     # a ends: its instance idles, billed to a as any instance an attempt leaves warm — but only
     # up to the pool's idle timeout (60 s): past it, the pool's min keeps it, at the team's cost
-    _until(sched, clock, lambda: store.job("a").state is S.SUCCEEDED, step=5.0)
+    _loop(sched, clock, lambda: store.job("a").state is S.SUCCEEDED, step=5.0)
     clock.advance(300)
     sched.cycle()
     assert backend.warm_instances() == {"od": 1}  # kept; nothing more booted: one is enough
