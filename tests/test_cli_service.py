@@ -189,3 +189,38 @@ def test_submit_refuses_a_job_without_a_command(home: Path) -> None:
     assert "required" in out.stderr
     status = budgeteer("status", "--config", cfg)
     assert "idle" not in status.stdout  # nothing stored
+
+
+def test_the_ledger_shows_what_pools_charged_their_teams(home: Path) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from budgeteer.store import PoolCharge, SqlStore  # noqa: PLC0415
+
+    cfg = str(home / "budgeteer.yaml")
+    assert budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg).returncode == 0
+    store = SqlStore(f"sqlite:///{home / 'state.db'}")
+    start = datetime(2026, 12, 4, 1, tzinfo=UTC)
+    store.add_pool_charge(
+        PoolCharge(
+            "aws/us-east-1/use1-az2/g4dn.xlarge/spot",
+            "ml",
+            start,
+            start + timedelta(minutes=30),
+            Decimal("0.5"),
+            Decimal("0.25000001"),
+            "idle in pool: catalog",
+            ("boot-1",),
+        )
+    )
+    store.close()
+    out = budgeteer("ledger", "--config", cfg)
+    assert out.returncode == 0, out.stderr
+    assert "pool charges" in out.stdout
+    assert any("ml" in line and "boot" not in line for line in out.stdout.splitlines())
+    assert "total: 0.25 USD" in out.stdout  # nothing ran yet: the pool's charge alone
+    assert "of which idle (pooled instances with no job on them): 0.25 USD" in out.stdout
+    detail = budgeteer("ledger", "--config", cfg, "--detail")
+    assert "total: 0.25000001 USD" in detail.stdout  # exact in --detail
+    mine = budgeteer("ledger", "--config", cfg, "--job", "hello")
+    assert "pool charges" not in mine.stdout  # a job's ledger is its own
+    assert "total: 0.00 USD" in mine.stdout
