@@ -292,3 +292,17 @@ def test_a_pool_with_a_min_boots_an_instance_with_no_job_and_the_next_job_takes_
         assert list(_instances(w)) == [iid]  # kept: the job's instance now, warm again
     finally:
         w.instances.close()
+
+
+def test_an_attempt_found_again_after_a_restart_leaves_its_dataset_on_its_instances(
+    world: World,
+) -> None:
+    backend = _pooled(world, idle_timeout_seconds=3600.0)
+    request = replace(_request(SAY, job="first"), data_uri="s3://data/clicks-2026-12")
+    handle = backend.launch(request)
+    restarted = _pooled(world, idle_timeout_seconds=3600.0)  # a new process, the job running
+    adopted = restarted.adopt(request)
+    assert adopted is not None
+    assert adopted.instance_ids == handle.instance_ids
+    assert settle(restarted, adopted, 60).state is RunState.SUCCEEDED
+    assert restarted.warm_data() == {ON_DEMAND.id: {"s3://data/clicks-2026-12": 1}}

@@ -246,7 +246,7 @@ class Ec2Backend(CatalogPrices):
         launched = min(attempt_started(i) for i in found)
         ids = tuple(sorted(str(i["InstanceId"]) for i in found))
         handle = Handle.of(self.name, key, request, ids, launched)
-        attempt = Ec2Attempt(handle, key)
+        attempt = Ec2Attempt(handle, key, data_uri=request.data_uri)  # the job's, as at launch
         prefix = self._attempt_prefix(key)
         attempt.stop_reason = self._read_text(f"{prefix}/stop")
         if attempt.stop_reason is not None:
