@@ -53,7 +53,9 @@ def make_world(
     store = SqlStore(url)
     clock = ManualClock(T0)
     market = TraceMarket(np.ones(100_000, dtype=bool), 60, T0)
-    backend = SandboxBackend(clock, market, tmp_path / "work", pools=pools)
+    backend = SandboxBackend(
+        clock, market, tmp_path / "work", pools=pools, offerings=CATALOG.offerings
+    )
     sched = Scheduler(store, backend, CATALOG, clock, tmp_path / "ck")
     ctx = ApiContext(
         store=store,

@@ -283,11 +283,19 @@ def test_a_min_pool_in_the_simulator_boots_at_the_start_and_keeps_one() -> None:
 def test_a_pool_charge_shows_in_the_teams_budget_metrics_and_ledger(tmp_path: Path) -> None:
     from api_world import ADMIN, make_world  # noqa: PLC0415
 
-    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path)
+    offering = next(o for o in load_catalog().offerings if o.accelerator == "T4")
+    nightly = WarmWindow("0 1 * * *", 2, 1200.0)  # the world starts at 09:00: nothing boots
+    pool = PoolSettings(offering.id, 0, 4, 600.0, BOOT, 0.0, (), "growth", (nightly,))
+    w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path, pools={offering.id: pool})
     try:
+        rows = w.http.get("/v1/offerings?limit=5000", headers=w.auth(w.growth)).json()
+        [view] = [r["pool"] for r in rows["offerings"] if r["id"] == offering.id]
+        assert (view["team"], view["warm"]) == (
+            "growth",
+            [{"at": "0 1 * * *", "instances": 2, "for_seconds": 1200.0}],
+        )
         spec = {"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": 1000}
         assert w.http.post("/v1/budgets", json=spec, headers=w.auth(ADMIN)).status_code == 201
-        offering = next(o for o in load_catalog().offerings if o.accelerator == "T4")
         now = w.clock.now()
         w.store.add_pool_charge(
             PoolCharge(

@@ -308,7 +308,7 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
     from api_world import ADMIN, job_spec, make_world  # noqa: PLC0415
 
     t4 = [o.id for o in load_catalog().offerings if o.accelerator == "T4"]
-    pools = {oid: PoolSettings(oid, 0, 3, 600.0, BOOT, 900.0) for oid in t4}
+    pools = {oid: PoolSettings(oid, 0, 3, 600.0, BOOT, 900.0, team="growth") for oid in t4}
     w = make_world(f"sqlite:///{tmp_path / 'api.db'}", tmp_path, pools=pools)
     try:
         spec = job_spec(resources={"accelerators": ["T4"]}, spot={"allowed": False})
@@ -330,6 +330,8 @@ def test_pools_show_under_offerings_and_in_the_metrics(tmp_path: Path) -> None:
                 "batch_wait_seconds_by_tier": {},
                 "warm_instances": 1,  # the job's instance, idle since it ended
                 "warm_data": {},  # its job named no dataset
+                "team": "growth",
+                "warm": [],
             }
         }
         text = w.http.get("/metrics", headers=w.auth(ADMIN)).text

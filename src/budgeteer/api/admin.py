@@ -132,6 +132,10 @@ def _pool(view: PoolView) -> dict[str, Any]:
         "batch_wait_seconds_by_tier": {t.name: w for t, w in s.batch_wait_by_tier},
         "warm_instances": view.idle,
         "warm_data": dict(view.data),
+        "team": s.team,
+        "warm": [
+            {"at": w.cron, "instances": w.instances, "for_seconds": w.seconds} for w in s.warm
+        ],
     }
 
 

@@ -303,6 +303,7 @@ class Ec2Pools:
         ready = now + timedelta(seconds=offering.startup_seconds)
         with self._lock:
             self._ready(now).booted(offering, ids, now, ready)
+        log.info("pool %s: booted %s with no job for its floor", offering.id, ", ".join(ids))
 
     def _end(self, ids: tuple[str, ...]) -> None:
         """End ``ids`` and every instance the pools gave back: ``release`` in each mailbox

@@ -323,6 +323,7 @@ class SandboxBackend(MarketPrices):
             return
         ids = tuple(f"boot-{uuid.uuid4().hex[:12]}" for _ in range(room))
         self._pools.booted(offering, ids, now, now + timedelta(seconds=offering.startup_seconds))
+        log.info("pool %s: booted %d instance(s) with no job for its floor", offering.id, room)
 
     def _busy(self, offering_id: str) -> int:
         return sum(
