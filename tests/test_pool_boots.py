@@ -6,6 +6,7 @@ counted in that team's spend, kept across a restart."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sys
 from collections import defaultdict
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from budgeteer.backends import SandboxBackend, TraceMarket
 from budgeteer.backends.warm import PoolStateError
@@ -320,3 +323,76 @@ def test_a_pool_charge_shows_in_the_teams_budget_metrics_and_ledger(tmp_path: Pa
         assert any('team="growth"' in s and offering.instance_type in s for s in spend), spend
     finally:
         w.store.close()
+
+
+# -- properties: with floors, every instance's life billed once, and who pays what ------------------
+@settings(max_examples=25, deadline=None)
+@given(
+    arrivals=st.lists(st.integers(0, 150), min_size=1, max_size=6),  # minutes after 01:00
+    minimum=st.sampled_from([0, 1, 2]),
+    window=st.sampled_from([None, 1, 3]),  # instances kept 01:30–02:00, or no window
+    timeout=st.sampled_from([0, 5, 20]),  # idle timeout, minutes
+    wait=st.sampled_from([0, 20]),  # batch wait, minutes
+)
+def test_with_floors_each_instance_is_billed_once_and_a_job_pays_at_most_its_timeout(
+    arrivals: list[int], minimum: int, window: int | None, timeout: int, wait: int
+) -> None:
+    jobs = [
+        dataclasses.replace(
+            make_job(f"j{i}", hours=0.1, spot=False, seq=i, deadline_hours=8, team="fraud"),
+            submitted_at=T0 + timedelta(minutes=m),
+        )
+        for i, m in enumerate(sorted(arrivals))
+    ]
+    windows = () if window is None else (WarmWindow("30 1 * * *", window, 1800.0),)
+    team = "ml" if minimum or windows else None
+    pool = PoolSettings("od", minimum, 4, timeout * 60.0, BOOT, wait * 60.0, (), team, windows)
+    od = make_offering("od", price=2.0, startup_seconds=BOOT)
+    trace = TraceMarket(np.full(600, True), 60, T0, prices=np.full(600, 2.0), source="trace")
+    end = T0 + timedelta(hours=6)
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
+        trace,
+        start=T0,
+        end=end,
+        policy=Policy(use_pools=True),
+        pools={"od": pool},
+        cycle_seconds=60,
+    )
+    assert all(run.store.job(j.id).state is S.SUCCEEDED for j in jobs)
+    attempts = run.store.attempts()
+    ledger = run.store.ledger()
+    charges = run.store.pool_charges()
+    assert {c.team for c in charges} <= {"ml"}  # only the pool's team pays for its floor
+    # one instance, one job at a time; its whole life — booted or launched — billed once
+    life: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for a in attempts:
+        assert a.ended_at is not None
+        life[a.instance_ids[0]].append((a.started_at, a.ended_at))
+    for i in run.backend.idle:
+        life[i.instance_id].append((i.start, i.end))
+    whole = Decimal(0)
+    for spans in life.values():
+        spans.sort()
+        for (_, a_end), (b_start, _) in itertools.pairwise(spans):
+            assert b_start == a_end, spans
+        whole += amount_usd(Decimal(2), 1, spans[0][0], spans[-1][1])
+    billed = sum((e.amount_usd for e in ledger), Decimal(0)) + sum(
+        (c.amount_usd for c in charges), Decimal(0)
+    )
+    assert abs(billed - whole) <= (len(ledger) + len(charges)) * Decimal("1e-8")
+    # a job pays for the idle it leaves only up to the pool's idle timeout
+    ended = {a.id: a.ended_at for a in attempts}
+    for e in ledger:
+        if is_idle(e):
+            left = ended[e.attempt_id]
+            assert left is not None
+            assert left <= e.start
+            assert e.end <= left + timedelta(minutes=timeout)
+    # the floor held: never fewer instances than min, nor than the window's while it is open
+    alive = [(spans[0][0], spans[-1][1]) for spans in life.values()]
+    for minute in range(0, 6 * 60, 5):
+        t = T0 + timedelta(minutes=minute)
+        floor = max(minimum, window or 0) if 30 <= minute < 60 else minimum
+        assert sum(a <= t < b for a, b in alive) >= floor, (minute, alive)
