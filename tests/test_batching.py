@@ -328,3 +328,55 @@ def test_a_job_placed_in_another_zone_waits_for_the_pools_instance_there() -> No
     # zone a's instance frees too late for the wait (40 min > 30): it boots in zone b
     [launch] = _two_zones(0.5, (_busy(40, "r1"),)).admissions
     assert launch.placement.offering_id == "t4-b"
+
+
+# -- a pool only some teams use ------------------------------------------------------------------
+
+
+def _team_pool(team: str, *, idle: int = 1, running: tuple[Allocation, ...] = ()) -> Plan:
+    """A pooled T4 ($0.50/h) with ``idle`` warm instances that only ``fraud`` may use, and an
+    unpooled T4 at $0.47/h beside it; a 12-minute job of ``team``. Warm, the pooled one is the
+    cheaper ($0.100 against $0.110 with the other's two-minute boot); with its boot, dearer."""
+    pool = PoolSettings(T4, 0, 8, 0.0, BOOT, WAIT, teams=("fraud",))
+    pools = (PoolView(pool, idle),)
+    offerings = [
+        make_offering(T4, accelerator="T4", price=0.5, startup_seconds=BOOT),
+        make_offering("t4-cheap", accelerator="T4", price=0.47, startup_seconds=BOOT),
+    ]
+    return plan_cycle(
+        make_snapshot(
+            [_job("a", team=team, ago_min=1)],
+            list(pooled_offerings(tuple(offerings), pools)),
+            running=running,
+            pools=pools,
+        )
+    )
+
+
+def test_a_pools_warm_instances_are_priced_warm_only_for_its_teams() -> None:
+    [launch] = _team_pool("fraud").admissions
+    assert launch.placement.offering_id == T4  # its team: no boot, the cheaper
+    [launch] = _team_pool("growth").admissions
+    assert launch.placement.offering_id == "t4-cheap"  # not its pool: priced with the boot
+
+
+def _one_pool(jobs: list[Job], running: tuple[Allocation, ...]) -> Plan:
+    """The pooled T4 alone, only ``fraud``'s, no instance idle."""
+    pool = PoolView(PoolSettings(T4, 0, 8, 0.0, BOOT, WAIT, teams=("fraud",)), 0)
+    return plan_cycle(make_snapshot(jobs, _offering(), running=running, pools=(pool,)))
+
+
+def test_a_job_of_another_team_neither_waits_for_the_pool_nor_frees_an_instance_there() -> None:
+    a = _job("a", team="fraud", ago_min=1)
+    busy = (_busy(10, "r1"),)  # r1 frees its instance in 10 minutes
+    fraud_r1 = dataclasses.replace(_job("r1", team="fraud"), submitted_at=NOW)
+    plan = _one_pool([a, fraud_r1], busy)
+    assert _outcome(plan)["a"] == "hold:batched"
+    assert "when the job there ends" in next(h.message for h in plan.holds if h.job_id == "a")
+    # r1 is growth's: its instance goes back when it ends, so a waits for a companion instead
+    growth_r1 = dataclasses.replace(fraud_r1, team="growth")
+    plan = _one_pool([a, growth_r1], busy)
+    assert "waits until" in next(h.message for h in plan.holds if h.job_id == "a")
+    # and a growth job there is never held for fraud's pool: it boots its own at once
+    plan = _one_pool([dataclasses.replace(a, team="growth"), fraud_r1], busy)
+    assert _outcome(plan)["a"] == "launch"

@@ -396,3 +396,65 @@ def test_with_floors_each_instance_is_billed_once_and_a_job_pays_at_most_its_tim
         t = T0 + timedelta(minutes=minute)
         floor = max(minimum, window or 0) if 30 <= minute < 60 else minimum
         assert sum(a <= t < b for a, b in alive) >= floor, (minute, alive)
+
+
+# -- a pool only some teams use --------------------------------------------------------------------
+def test_only_the_pools_teams_take_its_warm_instances_or_leave_theirs_there() -> None:
+    """fraud's a (01:00, 6 min + boot) leaves its instance warm; growth's b (01:10) boots its
+    own — the pool is fraud's — and gives it back when it ends; fraud's c (01:12) takes a's."""
+    od = make_offering("od", price=2.0, startup_seconds=BOOT)
+    pool = PoolSettings("od", 0, 4, 1800.0, BOOT, 0.0, teams=("fraud",))
+    jobs = [
+        dataclasses.replace(
+            make_job(name, hours=0.1, spot=False, team=team, seq=i),
+            submitted_at=T0 + timedelta(minutes=minute),
+        )
+        for i, (name, team, minute) in enumerate(
+            (("a", "fraud", 0), ("b", "growth", 10), ("c", "fraud", 12))
+        )
+    ]
+    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=2),
+        policy=Policy(use_pools=True),
+        pools={"od": pool},
+        cycle_seconds=60,
+    )
+    [a], [b], [c] = (run.store.attempts(j) for j in "abc")
+    assert run.backend.warm_starts == {"c.1"}
+    assert c.instance_ids == a.instance_ids
+    assert b.instance_ids != a.instance_ids
+    idle_ids = {i.instance_id for i in run.backend.idle}
+    assert b.instance_ids[0] not in idle_ids  # growth's instance was not kept
+    assert not [e for e in run.store.ledger("b") if is_idle(e)]
+
+
+def test_a_pools_teams_are_declared_by_name() -> None:
+    from budgeteer.spec.pool import PoolSpec, pool_settings  # noqa: PLC0415
+
+    spec = PoolSpec.model_validate({"offerings": "od", "teams": ["fraud", "risk", "fraud"]})
+    [settings] = pool_settings([spec], [OD]).values()
+    assert settings.teams == ("fraud", "risk")
+    assert settings.serves("risk")
+    assert not settings.serves("growth")
+    assert PoolSettings("od").serves("anyone")  # no teams: every team's
+    with pytest.raises(ValueError, match="teams"):
+        PoolSpec.model_validate({"offerings": "od", "teams": ["no spaces"]})
+
+
+def test_the_sandboxs_warm_instances_serve_only_the_pools_teams(tmp_path: Path) -> None:
+    from budgeteer.backends.warm import FileDoc, WarmInstances  # noqa: PLC0415
+
+    pool = PoolSettings("od", 0, 4, 600.0, BOOT, 0.0, teams=("fraud",))
+    warm = WarmInstances({"od": pool}, FileDoc(tmp_path / "pools.json"))
+    warm.left(OD, "g", 1, ("i-g",), T0, None, "growth")
+    assert warm.counts() == {}  # growth's instance is not kept: the pool is fraud's
+    warm.left(OD, "f", 1, ("i-f",), T0, None, "fraud")
+    assert warm.counts() == {"od": 1}
+    later = T0 + timedelta(minutes=1)
+    assert warm.take("od", 1, later, None, "growth") is None
+    assert warm.take("od", 1, later, None, "fraud") == ("i-f",)

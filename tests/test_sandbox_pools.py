@@ -258,6 +258,18 @@ def test_pools_in_the_config_reach_the_sandbox(tmp_path: Path) -> None:
         ),
         (
             {
+                "pools": [{"offerings": "*", "teams": ["ml"]}],
+                "backend": {
+                    "kind": "ray",
+                    "address": "http://127.0.0.1:8265",
+                    "placements": {"aws/us-east-1/*/g4dn.xlarge/on_demand": "gpu"},
+                },
+            },
+            "",
+            "pools[0].teams: on ray the cluster keeps and removes its nodes",
+        ),
+        (
+            {
                 "pools": [{"offerings": "*", "idle_timeout": "5m"}],
                 "backend": {
                     "kind": "slurm",

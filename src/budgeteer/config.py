@@ -328,8 +328,14 @@ class ServiceConfig(_Strict):
             "slurm": "the partition's nodes (and its power saving's SuspendTime)",
         }.get(self.backend.kind)
         for i, pool in enumerate(self.pools if where else ()):
-            if pool.min or pool.idle_timeout is not None or pool.warm:
-                field = "min" if pool.min else "warm" if pool.warm else "idle_timeout"
+            set_here = {
+                "min": bool(pool.min),
+                "warm": bool(pool.warm),
+                "teams": bool(pool.teams),
+                "idle_timeout": pool.idle_timeout is not None,
+            }
+            field = next((f for f, given in set_here.items() if given), None)
+            if field is not None:
                 raise ValueError(
                     f"pools[{i}].{field}: on {self.backend.kind} the cluster keeps and removes "
                     f"its nodes; set {where} there — budgeteer takes max and batch_wait"

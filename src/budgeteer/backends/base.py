@@ -77,6 +77,9 @@ class LaunchRequest:
     #: the job's dataset (``data.uri``): a pooled backend takes a warm instance holding it
     #: first, and remembers it on the instances this attempt leaves warm
     data_uri: str | None = None
+    #: the job's team: a pool whose ``teams`` leave it out neither lends it warm instances nor
+    #: keeps its instances warm (``None``: not known — every pool serves it)
+    team: str | None = None
 
     def taken_at(self, now: datetime) -> datetime:
         """When a warm instance this attempt takes stops idling: its billing start, never

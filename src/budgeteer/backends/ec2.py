@@ -175,7 +175,7 @@ class Ec2Backend(CatalogPrices):
                 "zonal offering, a subnet for its zone"
             )
         key = attempt_key(request, self.namespace)
-        pooled = self.pools.pooled(offering.id)
+        pooled = self.pools.pooled(offering.id, request.team)
         if pooled:
             warm = self._take_warm(request, key)
             if warm is not None:
@@ -201,7 +201,7 @@ class Ec2Backend(CatalogPrices):
         if pooled:
             self.pools.launched(ids, request, handle.launched_at)
         with self._lock:
-            self._attempts[key] = Ec2Attempt(handle, key, data_uri=request.data_uri)
+            self._attempts[key] = Ec2Attempt.of(handle, key, request)
         return handle
 
     def _take_warm(self, request: LaunchRequest, key: str) -> Handle | None:
@@ -213,7 +213,7 @@ class Ec2Backend(CatalogPrices):
             return None
         handle = Handle.of(self.name, key, request, ids, now)
         with self._lock:
-            self._attempts[key] = Ec2Attempt(handle, key, data_uri=request.data_uri)
+            self._attempts[key] = Ec2Attempt.of(handle, key, request)
             self.warm_starts.add(key)
         return handle
 
@@ -246,7 +246,7 @@ class Ec2Backend(CatalogPrices):
         launched = min(attempt_started(i) for i in found)
         ids = tuple(sorted(str(i["InstanceId"]) for i in found))
         handle = Handle.of(self.name, key, request, ids, launched)
-        attempt = Ec2Attempt(handle, key, data_uri=request.data_uri)  # the job's, as at launch
+        attempt = Ec2Attempt.of(handle, key, request)
         prefix = self._attempt_prefix(key)
         attempt.stop_reason = self._read_text(f"{prefix}/stop")
         if attempt.stop_reason is not None:
@@ -283,7 +283,7 @@ class Ec2Backend(CatalogPrices):
         handle = attempt.handle
         ids = handle.instance_ids
         keep = (
-            self.pools.pooled(handle.offering_id)
+            self.pools.pooled(handle.offering_id, attempt.team)
             and status.state is not RunState.PREEMPTED
             and len(self._exits(attempt.key)) >= len(ids)
             and all(instances.get(i, {}).get("State", {}).get("Name") == "running" for i in ids)
@@ -296,7 +296,8 @@ class Ec2Backend(CatalogPrices):
         try:
             if keep:  # kept warm before the end is final: a failure here is tried again
                 at = status.ended_at or self.clock.now()
-                self.pools.left(self.offerings[handle.offering_id], handle, at, attempt.data_uri)
+                offering = self.offerings[handle.offering_id]
+                self.pools.left(offering, handle, at, attempt.data_uri, attempt.team)
             else:
                 self._terminate(ids)
         except BaseException:

@@ -457,8 +457,8 @@ def on_demand_sibling(offerings: Iterable[Offering], offering: Offering) -> Offe
 class Ec2Attempt:
     """An attempt the EC2 backend follows: its handle and key (the S3 prefix), a stop asked
     for (why, when), whether the market interrupted it, its final status once ended (and
-    ``ending`` while one caller ends it), and its job's dataset (``None`` for attempts found
-    again at a restart: their instances are then kept warm without it)."""
+    ``ending`` while one caller ends it), its job's dataset and team (whether its pool
+    keeps its instances)."""
 
     handle: Handle
     key: str
@@ -468,3 +468,9 @@ class Ec2Attempt:
     final: Status | None = None
     ending: bool = False
     data_uri: str | None = None
+    team: str | None = None
+
+    @classmethod
+    def of(cls, handle: Handle, key: str, request: LaunchRequest) -> Ec2Attempt:
+        """The record of ``request``'s attempt (launched, taken warm or found again)."""
+        return cls(handle, key, data_uri=request.data_uri, team=request.team)

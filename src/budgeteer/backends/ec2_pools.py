@@ -157,9 +157,9 @@ class Ec2Pools:
         self._restored = False
         self._lock = threading.Lock()
 
-    def pooled(self, offering_id: str) -> bool:
-        """Whether the offering keeps its instances warm."""
-        return offering_id in self.settings
+    def pooled(self, offering_id: str, team: str | None = None) -> bool:
+        """Whether the offering keeps the instances of jobs of ``team`` warm (``None``: any)."""
+        return self._warm.serves(offering_id, team)
 
     def _ready(self, now: datetime) -> WarmInstances:
         """The warm instances, read back from S3 on first use (a restarted backend); under
@@ -220,7 +220,9 @@ class Ec2Pools:
         when the pool has not that many."""
         with self._lock:
             warm = self._ready(now)
-            ids = warm.take(request.offering.id, request.instances, now, request.data_uri)
+            ids = warm.take(
+                request.offering.id, request.instances, now, request.data_uri, request.team
+            )
         if ids is None:
             return None
         try:
@@ -240,13 +242,18 @@ class Ec2Pools:
             raise
 
     def left(
-        self, offering: Offering, handle: Handle, at: datetime, data: str | None = None
+        self,
+        offering: Offering,
+        handle: Handle,
+        at: datetime,
+        data: str | None = None,
+        team: str | None = None,
     ) -> None:
-        """The attempt ended at ``at`` with its instances still running: they go warm, holding
-        its job's dataset ``data``."""
+        """The attempt of a job of ``team`` ended at ``at`` with its instances still running:
+        they go warm, holding its job's dataset ``data``."""
         with self._lock:
             warm = self._ready(at)
-            warm.left(offering, handle.job_id, handle.attempt, handle.instance_ids, at, data)
+            warm.left(offering, handle.job_id, handle.attempt, handle.instance_ids, at, data, team)
 
     def make_room(self, offering_id: str, short: int, now: datetime) -> None:
         """Give back up to ``short`` + the pool's warm instances beyond what a launch leaves

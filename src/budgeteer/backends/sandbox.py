@@ -132,15 +132,12 @@ class SandboxBackend(MarketPrices):
             self._advance()
             offering = request.offering
             now = self.clock.now()
+            taken_at = request.taken_at(now)
             reused = self._pools.take(
-                offering.id, request.instances, request.taken_at(now), request.data_uri
+                offering.id, request.instances, taken_at, request.data_uri, request.team
             )
             warm = reused is not None
-            in_use = sum(
-                a.request.instances
-                for a in self._attempts.values()
-                if a.final is None and a.request.offering.id == offering.id
-            )
+            in_use = self._busy(offering.id)
             # the offering's capacity, and its pool's max: the backend holds to both itself
             # (the planner plans within them; a launch beyond them is refused, not run)
             caps = (offering.max_instances, self._pools.maximum(offering.id))
@@ -299,7 +296,7 @@ class SandboxBackend(MarketPrices):
             return
         at = final.ended_at if final is not None and final.ended_at else self.clock.now()
         ids = a.handle.instance_ids
-        self._pools.left(req.offering, req.job_id, req.attempt, ids, at, req.data_uri)
+        self._pools.left(req.offering, req.job_id, req.attempt, ids, at, req.data_uri, req.team)
 
     def release_idle(self) -> None:
         """See :class:`~budgeteer.backends.base.IdleBilling`."""

@@ -195,6 +195,11 @@ class WarmInstances:
                 out[oid] = dict(held)
         return out
 
+    def serves(self, offering_id: str, team: str | None) -> bool:
+        """Whether the offering is pooled for jobs of ``team`` (``None``: any team)."""
+        settings = self.settings.get(offering_id)
+        return settings is not None and (team is None or settings.serves(team))
+
     def maximum(self, offering_id: str) -> int | None:
         """The most instances the offering's pool may hold at once, busy and warm (``None``:
         not pooled, or no ``max``)."""
@@ -230,11 +235,18 @@ class WarmInstances:
         return taken
 
     def take(
-        self, offering_id: str, instances: int, now: datetime, data: str | None = None
+        self,
+        offering_id: str,
+        instances: int,
+        now: datetime,
+        data: str | None = None,
+        team: str | None = None,
     ) -> tuple[str, ...] | None:
-        """Take ``instances`` warm instances of the offering for a launch — those holding the
-        job's dataset ``data`` first, then the most recently idle: their ids, or ``None`` when
-        its pool has not that many."""
+        """Take ``instances`` warm instances of the offering for a launch of a job of ``team``
+        — those holding the job's dataset ``data`` first, then the most recently idle: their
+        ids, or ``None`` when its pool has not that many (or is not the team's)."""
+        if not self.serves(offering_id, team):
+            return None
         idle = self._warm.get(offering_id, [])
         ready = [w for w in idle if w.since <= now]
         if len(ready) < instances:
@@ -260,11 +272,12 @@ class WarmInstances:
         ids: tuple[str, ...],
         at: datetime,
         data: str | None = None,
+        team: str | None = None,
     ) -> None:
-        """An attempt ended at ``at``: its instances ``ids`` go warm, holding its job's
-        dataset ``data``, if its offering is pooled (the caller checks the market did not take
-        them)."""
-        if offering.id not in self.settings:
+        """An attempt of a job of ``team`` ended at ``at``: its instances ``ids`` go warm,
+        holding its job's dataset ``data``, if its offering is pooled for that team (the caller
+        checks the market did not take them)."""
+        if not self.serves(offering.id, team):
             return
         self._warm.setdefault(offering.id, []).extend(
             _Warm(at, offering, job_id, attempt, iid, at, data) for iid in ids

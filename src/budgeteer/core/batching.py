@@ -23,7 +23,9 @@ for fewer start-ups: a job admitted there this cycle
 A waiting job is held (:attr:`~budgeteer.core.outcomes.HoldReason.BATCHED`) and planned again
 each cycle: when the instance it waits for frees, the pool keeps it warm, the planner prices the
 offering without a boot and rule 1 starts the job there. P0 jobs, jobs planned late, and jobs on
-more than one instance never wait.
+more than one instance never wait. A pool whose ``teams`` leave a job's team out is, for that
+job, no pool at all (it boots its own instance, which is given back when it ends), and other
+teams' running jobs there free no instance for it.
 """
 
 from __future__ import annotations
@@ -52,18 +54,24 @@ def batch(
     idle = {oid: v.idle for oid, v in pools.items()}
     busy: dict[str, list[datetime]] = {oid: [] for oid in pools}
     for alloc in snapshot.running:
+        owner = jobs.get(alloc.job_id)
         if alloc.offering_id in busy and alloc.expected_end is not None:
+            if owner is not None and not pools[alloc.offering_id].settings.serves(owner.team):
+                continue  # another team's instances: given back when it ends, not kept
             busy[alloc.offering_id] += [max(alloc.expected_end, now)] * alloc.instances
     lone: dict[str, Admission] = {}  # a job waiting for a companion, by offering
     held: dict[str, Hold] = {}
     siblings = _siblings(snapshot, pools)
     for a in admissions:
         oid = a.placement.offering_id
-        view = pools.get(oid)
         job = jobs[a.job_id]
+        view = pools.get(oid)
+        if view is not None and not view.settings.serves(job.team):
+            view = None  # the pool is other teams': this job boots its own, as unpooled
+        near = [p for p in siblings.get(oid, []) if pools[p].settings.serves(job.team)]
         if a.placement.instances != 1 or a.late or job.tier is Tier.P0:
             continue
-        if view is None and not siblings.get(oid):
+        if view is None and not near:
             continue
         if view is not None and idle[oid] > 0:  # rule 1
             idle[oid] -= 1
@@ -77,7 +85,7 @@ def batch(
             busy[oid].append(companion.placement.finish)
         # rule 2: its own pool's instance that frees first, else a sibling pool's (the same
         # instance type and market in another zone, at no higher price)
-        for pool in ([oid] if view is not None else []) + siblings.get(oid, []):
+        for pool in ([oid] if view is not None else []) + near:
             wait = timedelta(seconds=pools[pool].settings.batch_wait_for(job.tier))
             first = min(busy[pool], default=None)
             if not wait or first is None or first > job.submitted_at + wait:

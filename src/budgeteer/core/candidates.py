@@ -27,7 +27,7 @@ from budgeteer.core.fronts import (
 from budgeteer.core.infeasible import infeasible_message, no_offering_message
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.policy import Policy
-from budgeteer.core.pools import warm_data
+from budgeteer.core.pools import closed_to, warm_data
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import DeadlineMiss, Job
 
@@ -56,10 +56,14 @@ class Candidates:
         return best
 
 
-def _shape_key(job: Job, held: Mapping[str, tuple[tuple[str, int], ...]]) -> tuple[object, ...]:
-    """What a job's placements depend on; ``held``: the warm pools holding each dataset
-    (:func:`~budgeteer.core.pools.warm_data`) — a job whose data a warm instance holds is
-    priced there without its egress, so its placements there are kept apart."""
+def _shape_key(
+    job: Job, held: Mapping[str, tuple[tuple[str, int], ...]], closed: tuple[str, ...] = ()
+) -> tuple[object, ...]:
+    """What a job's placements depend on; ``held``: the warm pools its team may use holding
+    each dataset (:func:`~budgeteer.core.pools.warm_data`) — a job whose data a warm instance
+    holds is priced there without its egress, so its placements there are kept apart;
+    ``closed``: the pooled offerings with warm instances its team may not take
+    (:func:`~budgeteer.core.pools.closed_to`: priced with their boot)."""
     r = job.resources
     uri = job.data.uri if job.data else None
     return (
@@ -72,6 +76,7 @@ def _shape_key(job: Job, held: Mapping[str, tuple[tuple[str, int], ...]]) -> tup
         job.data.location if job.data else None,
         bool(job.work.steps_per_hour_on),
         held.get(uri, ()) if uri is not None else (),
+        closed,
     )
 
 
@@ -143,9 +148,12 @@ def _nominate(
     ``due`` overrides the deadlines of the jobs planned ``late``."""
     throughput = dict(snapshot.throughput)
     shapes: dict[tuple[object, ...], list[Job]] = defaultdict(list)
-    held = warm_data(snapshot.pools)
+    views = snapshot.pools
+    by_team: dict[str, tuple[dict[str, tuple[tuple[str, int], ...]], tuple[str, ...]]] = {}
     for job in jobs:
-        shapes[_shape_key(job, held)].append(job)
+        if job.team not in by_team:  # what its team may use of the pools
+            by_team[job.team] = (warm_data(views, job.team), closed_to(views, job.team))
+        shapes[_shape_key(job, *by_team[job.team])].append(job)
     out: dict[str, Candidates] = {}
     fastest_of: dict[str, float] = {}
     for key, shaped in shapes.items():

@@ -15,7 +15,7 @@ import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import cast
 
@@ -118,10 +118,12 @@ def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) ->
             venue = configs.table.venues[code]
             per_venue[rows, code] = snapshot.egress.cost_usd_many(location, venue, sizes)
     result: FloatArray = per_venue[:, configs.venue]
-    held = warm_data(snapshot.pools)
-    if held:  # a warm instance holding the job's data: nothing to move on as many instances
+    if any(v.data for v in snapshot.pools):  # a warm instance holding the job's data (in a
+        # pool its team may use): nothing to move on as many instances
         ids = {o.id: i for i, o in enumerate(configs.table.offerings)}
+        held_by = {t: warm_data(snapshot.pools, t) for t in {j.team for j in jobs}}
         for row, job in enumerate(jobs):
+            held = held_by[job.team]
             for oid, count in held.get(job.data.uri, ()) if job.data and job.data.uri else ():
                 if oid in ids:
                     there = (configs.offering == ids[oid]) & (configs.instances <= count)
@@ -463,6 +465,23 @@ def direct_fronts(
     ]
 
 
+def _with_boots(configs: Configs, snapshot: Snapshot, closed: object) -> Configs:
+    """``configs`` with the boot put back on the pooled offerings ``closed`` to the shape's
+    team (their warm instances are other teams': the snapshot prices them without a boot)."""
+    boots = {
+        v.settings.name: v.settings.startup_seconds / 3600.0
+        for v in snapshot.pools
+        if v.settings.name in cast("tuple[str, ...]", closed)
+    }
+    if not boots:
+        return configs
+    ids = [o.id for o in configs.table.offerings]
+    startup = configs.startup_hours.copy()
+    for j, i in enumerate(configs.offering.tolist()):
+        startup[j] = boots.get(ids[i], startup[j])
+    return replace(configs, startup_hours=startup)
+
+
 def placements(
     snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Policy, cache: FrontCache
 ) -> Configs:
@@ -477,7 +496,7 @@ def placements(
         table = cache.table
         if table is None:  # one table of the offerings per world, shared by every shape
             table = cache.table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
-    configs = build_configs(job, table, policy)
+    configs = _with_boots(build_configs(job, table, policy), snapshot, key[9])
     held = {oid for oid, _ in cast("tuple[tuple[str, int], ...]", key[8])}
     holding = [i for i, o in enumerate(table.offerings) if o.id in held]
     configs = prune(

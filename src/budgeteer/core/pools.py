@@ -83,6 +83,14 @@ class PoolSettings:
     team: str | None = None
     #: scheduled floors (a nightly burst's instances booted ahead of it)
     warm: tuple[WarmWindow, ...] = ()
+    #: the teams whose jobs may use the pool — take its warm instances, wait for them, leave
+    #: theirs warm in it (empty: every team); other teams' jobs on the offering boot their own
+    #: instances and give them back, as on an offering without a pool
+    teams: tuple[str, ...] = ()
+
+    def serves(self, team: str) -> bool:
+        """Whether jobs of ``team`` may use the pool."""
+        return not self.teams or team in self.teams
 
     def floor(self, now: datetime) -> int:
         """The instances the pool keeps at ``now`` with no job asking: ``minimum``, or more
@@ -179,16 +187,29 @@ class PoolView:
     data: tuple[tuple[str, int], ...] = ()
 
 
-def warm_data(pools: Sequence[PoolView]) -> dict[str, tuple[tuple[str, int], ...]]:
+def warm_data(
+    pools: Sequence[PoolView], team: str | None = None
+) -> dict[str, tuple[tuple[str, int], ...]]:
     """For each dataset ``uri`` a warm instance holds: the pooled offerings holding it and on
     how many idle instances (sorted by offering id) — a job with that data placed there on
-    no more instances needs no transfer (see :func:`budgeteer.core.fronts.placements`)."""
+    no more instances needs no transfer (see :func:`budgeteer.core.fronts.placements`). With
+    ``team``, only the pools that team's jobs may use."""
     out: dict[str, list[tuple[str, int]]] = {}
     for view in sorted(pools, key=lambda v: v.settings.name):
+        if team is not None and not view.settings.serves(team):
+            continue
         for uri, count in view.data:
             if count > 0:
                 out.setdefault(uri, []).append((view.settings.name, count))
     return {uri: tuple(held) for uri, held in out.items()}
+
+
+def closed_to(pools: Sequence[PoolView], team: str) -> tuple[str, ...]:
+    """The pooled offerings whose warm instances ``team``'s jobs may not take (its ``teams``
+    leave it out) while some idle there: priced for that team with their own boot."""
+    return tuple(
+        sorted(v.settings.name for v in pools if v.idle > 0 and not v.settings.serves(team))
+    )
 
 
 @dataclass(frozen=True, slots=True)

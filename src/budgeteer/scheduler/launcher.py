@@ -85,6 +85,7 @@ class Launcher:
             tier=job.tier,
             billed_from=attempt.started_at,
             data_uri=job.data.uri if job.data else None,
+            team=job.team,
         )
 
     def retry_after(self, job_id: str, failures: int, at: datetime) -> float:

@@ -14,6 +14,8 @@ between jobs, and how (:mod:`budgeteer.core.pools` sizes them).
         # batch_wait: {P1: 5m, P2: 30m, P3: 2h}
         team: fraud             # who pays for instances the pool boots with no job (required
                                 # with min > 0 or warm): billed to it while they idle
+        teams: [fraud, risk]    # only these teams' jobs use the pool (its warm instances,
+                                # batching); others boot their own there (default: every team)
         warm:                   # scheduled floors: from each time `at` fires (cron, UTC),
           - at: "0 2 * * *"     # keep `instances` warm `for` that long — booted one start-up
             instances: 4        # ahead, so they are ready when the nightly burst arrives
@@ -91,6 +93,7 @@ class PoolSpec(BaseModel):
     idle_timeout: str | None = None
     batch_wait: str | dict[str, str] = "0s"
     team: Name | None = None
+    teams: list[Name] = Field(default_factory=list, max_length=64)
     warm: list[WarmSpec] = Field(default_factory=list, max_length=64)
 
     @field_validator("idle_timeout")
@@ -172,6 +175,7 @@ def pool_settings(
                     by_tier,
                     spec.team,
                     tuple(w.window() for w in spec.warm),
+                    tuple(dict.fromkeys(spec.teams)),
                 ),
             )
     return out
