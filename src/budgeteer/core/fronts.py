@@ -15,7 +15,7 @@ import math
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
@@ -23,9 +23,16 @@ import numpy as np
 import numpy.typing as npt
 
 from budgeteer.core.outcomes import Variant
-from budgeteer.core.placements import Configs, IntArray, OfferingTable, build_configs, prune
+from budgeteer.core.placements import (
+    Configs,
+    IntArray,
+    OfferingTable,
+    build_configs,
+    prune,
+    with_boots,
+)
 from budgeteer.core.policy import Policy
-from budgeteer.core.pools import warm_data
+from budgeteer.core.pools import boots_of, warm_data
 from budgeteer.core.runtime import FloatArray, evaluate, preemption_moments
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import Job
@@ -118,13 +125,12 @@ def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) ->
             venue = configs.table.venues[code]
             per_venue[rows, code] = snapshot.egress.cost_usd_many(location, venue, sizes)
     result: FloatArray = per_venue[:, configs.venue]
-    if any(v.data for v in snapshot.pools):  # a warm instance holding the job's data (in a
-        # pool its team may use): nothing to move on as many instances
+    if any(v.data for v in snapshot.pools):  # warm data in a pool its team may use: no move
         ids = {o.id: i for i, o in enumerate(configs.table.offerings)}
         held_by = {t: warm_data(snapshot.pools, t) for t in {j.team for j in jobs}}
         for row, job in enumerate(jobs):
-            held = held_by[job.team]
-            for oid, count in held.get(job.data.uri, ()) if job.data and job.data.uri else ():
+            uri, held = job.data.uri if job.data else None, held_by[job.team]
+            for oid, count in held.get(uri, ()) if uri else ():
                 if oid in ids:
                     there = (configs.offering == ids[oid]) & (configs.instances <= count)
                     result[row, there] = 0.0
@@ -465,23 +471,6 @@ def direct_fronts(
     ]
 
 
-def _with_boots(configs: Configs, snapshot: Snapshot, closed: object) -> Configs:
-    """``configs`` with the boot put back on the pooled offerings ``closed`` to the shape's
-    team (their warm instances are other teams': the snapshot prices them without a boot)."""
-    boots = {
-        v.settings.name: v.settings.startup_seconds / 3600.0
-        for v in snapshot.pools
-        if v.settings.name in cast("tuple[str, ...]", closed)
-    }
-    if not boots:
-        return configs
-    ids = [o.id for o in configs.table.offerings]
-    startup = configs.startup_hours.copy()
-    for j, i in enumerate(configs.offering.tolist()):
-        startup[j] = boots.get(ids[i], startup[j])
-    return replace(configs, startup_hours=startup)
-
-
 def placements(
     snapshot: Snapshot, key: tuple[object, ...], job: Job, policy: Policy, cache: FrontCache
 ) -> Configs:
@@ -496,7 +485,8 @@ def placements(
         table = cache.table
         if table is None:  # one table of the offerings per world, shared by every shape
             table = cache.table = OfferingTable.build(snapshot.offerings, dict(snapshot.throughput))
-    configs = _with_boots(build_configs(job, table, policy), snapshot, key[9])
+    closed = boots_of(snapshot.pools, cast("tuple[str, ...]", key[9]))  # closed to its team
+    configs = with_boots(build_configs(job, table, policy), closed)
     held = {oid for oid, _ in cast("tuple[tuple[str, int], ...]", key[8])}
     holding = [i for i, o in enumerate(table.offerings) if o.id in held]
     configs = prune(

@@ -8,8 +8,8 @@ that no other placement beats for *any* job of the shape (:func:`prune`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -239,3 +239,17 @@ def _undominated(d: FloatArray, limited: BoolArray) -> BoolArray:
     out = np.zeros(n, dtype=bool)
     out[order] = alive
     return out
+
+
+def with_boots(configs: Configs, boots: Mapping[str, float]) -> Configs:
+    """``configs`` with the start-up ``boots`` (seconds, by offering id) put back: a pooled
+    offering whose warm instances the shape's team may not take is priced, for it, with its
+    boot (the snapshot prices it without)."""
+    if not boots:
+        return configs
+    ids = [o.id for o in configs.table.offerings]
+    startup = configs.startup_hours.copy()
+    for j, i in enumerate(configs.offering.tolist()):
+        if ids[i] in boots:
+            startup[j] = boots[ids[i]] / 3600.0
+    return replace(configs, startup_hours=startup)

@@ -212,6 +212,12 @@ def closed_to(pools: Sequence[PoolView], team: str) -> tuple[str, ...]:
     )
 
 
+def boots_of(pools: Sequence[PoolView], offering_ids: Sequence[str]) -> dict[str, float]:
+    """The boot (start-up seconds) of each of these pooled offerings."""
+    wanted = set(offering_ids)
+    return {v.settings.name: v.settings.startup_seconds for v in pools if v.settings.name in wanted}
+
+
 @dataclass(frozen=True, slots=True)
 class PoolState:
     """The pool's instances now: ``busy`` running a job, and one idle-since time per idle one."""
