@@ -309,12 +309,17 @@ def test_pool_charges_are_exact_per_team_and_never_billed_twice(store: Store) ->
     assert [store.add_pool_charge(c) for c in charges] == [True, True, True]
     assert store.add_pool_charge(dataclasses.replace(charges[1], end=NOW + 3 * hour)) is False
     assert store.pool_charge_count() == 3
+    # another group of the pool's instances starting at the same time is a charge of its own
+    other = dataclasses.replace(charges[1], instance_ids=("pool-9",), amount_usd=Decimal("0.3"))
+    assert store.add_pool_charge(other) is True
+    assert store.pool_charges("fraud")[:2] == [charges[1], other]
+    assert store.pool_charge_count() == 4
     fraud = store.pool_charges("fraud")
-    assert fraud == [charges[1], charges[0]]  # by start
-    assert fraud[1].instances == 2
-    assert fraud[1].instance_ids == ("pool-1", "pool-2")
-    assert sum(c.amount_usd for c in store.pool_charges()) == Decimal("1.35200003")
-    assert [c.team for c in store.pool_charges()] == ["fraud", "recs", "fraud"]
+    assert fraud == [charges[1], other, charges[0]]  # by start
+    assert fraud[2].instances == 2
+    assert fraud[2].instance_ids == ("pool-1", "pool-2")
+    assert sum(c.amount_usd for c in store.pool_charges()) == Decimal("1.65200003")
+    assert [c.team for c in store.pool_charges()] == ["fraud", "fraud", "recs", "fraud"]
     assert store.pool_charges("nobody") == []
     assert store.ledger() == []  # a pool's charge is no job's
 

@@ -396,8 +396,9 @@ class Store(Protocol):
         ...
 
     def add_pool_charge(self, charge: PoolCharge) -> bool:
-        """Record a pool's charge to its team; ``False`` when this (offering, team, start) was
-        already recorded (the same stretch never bills twice)."""
+        """Record a pool's charge to its team; ``False`` when this (offering, team, start,
+        instances) was already recorded (the same stretch never bills twice; two groups of a
+        pool's instances may start at one time)."""
         ...
 
     def pool_charges(self, team: str | None = None) -> list[PoolCharge]:

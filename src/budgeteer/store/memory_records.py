@@ -5,6 +5,7 @@ price points, retraining signals, the spot decider's moves and learned speeds (t
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -31,7 +32,7 @@ class MemoryRecords:
         self._prices: dict[str, dict[datetime, PricePoint]] = {}
         self._signals: list[SignalRecord] = []
         self._spot_decisions: list[SpotDecisionRecord] = []
-        self._charges: dict[tuple[str, str, datetime], PoolCharge] = {}
+        self._charges: dict[tuple[str, str, datetime, tuple[str, ...]], PoolCharge] = {}
 
     def put_backoff(self, backoff: OfferingBackoff) -> None:
         """See :class:`~budgeteer.store.base.Store`."""
@@ -114,7 +115,7 @@ class MemoryRecords:
     def add_pool_charge(self, charge: PoolCharge) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
-            key = (charge.offering_id, charge.team, charge.start)
+            key = (charge.offering_id, charge.team, charge.start, charge.instance_ids)
             if key in self._charges:
                 return False
             self._charges[key] = charge
@@ -124,7 +125,10 @@ class MemoryRecords:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
             rows = [c for c in self._charges.values() if team is None or c.team == team]
-        return sorted(rows, key=lambda c: (c.start, c.offering_id, c.team))
+        # in the SQL stores' order: ties on the instances' JSON text
+        return sorted(
+            rows, key=lambda c: (c.start, c.offering_id, c.team, json.dumps(list(c.instance_ids)))
+        )
 
     def pool_charge_count(self) -> int:
         """See :class:`~budgeteer.store.base.Store`."""

@@ -70,7 +70,7 @@ class PoolCharge:
     to the pool's ``team`` (exact, as a :class:`~budgeteer.store.base.LedgerEntry` is):
     ``instances`` instances of ``offering_id`` over ``[start, end)`` at ``usd_per_hour`` each
     from ``price_source``, ``amount_usd`` = price × instances × hours; ``instance_ids`` names
-    them. One charge per (offering, team, start)."""
+    them. One charge per (offering, team, start, instances)."""
 
     offering_id: str
     team: str

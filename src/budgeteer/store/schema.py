@@ -233,11 +233,12 @@ pool_charges = sa.Table(
     sa.Column("offering_id", sa.String(255), primary_key=True),
     sa.Column("team", sa.String(64), primary_key=True),
     sa.Column("start", UtcDateTime, primary_key=True),
+    # JSON: ["i-…", …]; in the key — two groups of a pool's instances may start at one time
+    sa.Column("instance_ids", sa.Text, primary_key=True),
     sa.Column("end", UtcDateTime, nullable=False),
     sa.Column("usd_per_hour", ExactDecimal, nullable=False),
     sa.Column("amount_usd", ExactDecimal, nullable=False),
     sa.Column("price_source", sa.Text, nullable=False),
-    sa.Column("instance_ids", sa.Text, nullable=False),  # JSON: ["i-…", …]
 )
 
 job_speeds = sa.Table(

@@ -24,10 +24,12 @@ class PoolChargeTables:
     def add_pool_charge(self, charge: PoolCharge) -> bool:
         """See :class:`~budgeteer.store.base.Store`."""
         c = t.pool_charges.c
+        ids = json.dumps(list(charge.instance_ids))
         key = (
             (c.offering_id == charge.offering_id)
             & (c.team == charge.team)
             & (c.start == charge.start)
+            & (c.instance_ids == ids)
         )
         with self._tx() as conn:
             if conn.execute(sa.select(c.start).where(key)).first() is not None:
@@ -41,7 +43,7 @@ class PoolChargeTables:
                     usd_per_hour=charge.usd_per_hour,
                     amount_usd=charge.amount_usd,
                     price_source=charge.price_source,
-                    instance_ids=json.dumps(list(charge.instance_ids)),
+                    instance_ids=ids,
                 )
             )
             return True
@@ -49,7 +51,7 @@ class PoolChargeTables:
     def pool_charges(self, team: str | None = None) -> list[PoolCharge]:
         """See :class:`~budgeteer.store.base.Store`."""
         c = t.pool_charges.c
-        query = sa.select(t.pool_charges).order_by(c.start, c.offering_id, c.team)
+        query = sa.select(t.pool_charges).order_by(c.start, c.offering_id, c.team, c.instance_ids)
         if team is not None:
             query = query.where(c.team == team)
         with self.engine.connect() as conn:

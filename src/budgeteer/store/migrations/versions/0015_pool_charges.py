@@ -26,11 +26,11 @@ def upgrade() -> None:
         sa.Column("offering_id", sa.String(255), primary_key=True),
         sa.Column("team", sa.String(64), primary_key=True),
         sa.Column("start", UtcDateTime, primary_key=True),
+        sa.Column("instance_ids", sa.Text, primary_key=True),
         sa.Column("end", UtcDateTime, nullable=False),
         sa.Column("usd_per_hour", ExactDecimal, nullable=False),
         sa.Column("amount_usd", ExactDecimal, nullable=False),
         sa.Column("price_source", sa.Text, nullable=False),
-        sa.Column("instance_ids", sa.Text, nullable=False),
     )
 
 
