@@ -9,10 +9,12 @@ import dataclasses
 from collections import Counter
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgeteer.core import Allocation, HoldReason, Plan, Snapshot, plan_cycle
+from budgeteer.core.policy import Policy
 from budgeteer.core.pools import PoolSettings, PoolView, pooled_offerings, warm_data
 from budgeteer.domain.job import DataSource, Job
 from budgeteer.domain.tier import Tier
@@ -380,3 +382,28 @@ def test_a_job_of_another_team_neither_waits_for_the_pool_nor_frees_an_instance_
     # and a growth job there is never held for fraud's pool: it boots its own at once
     plan = _one_pool([dataclasses.replace(a, team="growth"), fraud_r1], busy)
     assert _outcome(plan)["a"] == "launch"
+
+
+def test_a_warm_instance_holding_the_data_saves_its_download_too() -> None:
+    """450 GB beside two warm pools in its own region (no egress anywhere): one holds the
+    dataset, the other — $0.05/h cheaper — does not, so the job would wait 12 minutes there for
+    its data (at 2,250 GB/h) and pay for them: the pool holding it wins; with downloads left out
+    of the plans the cheaper one would."""
+    job = dataclasses.replace(
+        _job("a", deadline_hours=8.0), data=DataSource("aws/us-east-1", 450.0, DATA)
+    )
+    job = dataclasses.replace(job, work=dataclasses.replace(job.work, reference_hours=0.25))
+    pools = (
+        PoolView(PoolSettings(T4, 0, 8, 0.0, BOOT, 0.0), 1, ((DATA, 1),)),
+        PoolView(PoolSettings("t4-other", 0, 8, 0.0, BOOT, 0.0), 1),
+    )
+    offerings = [
+        make_offering(T4, accelerator="T4", price=0.5, startup_seconds=BOOT),
+        make_offering("t4-other", accelerator="T4", price=0.45, startup_seconds=BOOT),
+    ]
+    snapshot = make_snapshot([job], list(pooled_offerings(tuple(offerings), pools)), pools=pools)
+    [launch] = plan_cycle(snapshot).admissions
+    assert launch.placement.offering_id == T4
+    assert launch.placement.expected_cost_usd == pytest.approx(0.5)  # 1 h of work, no wait
+    [launch] = plan_cycle(snapshot, Policy(data_download_gb_per_hour=0.0)).admissions
+    assert launch.placement.offering_id == "t4-other"

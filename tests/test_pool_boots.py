@@ -458,3 +458,42 @@ def test_the_sandboxs_warm_instances_serve_only_the_pools_teams(tmp_path: Path) 
     later = T0 + timedelta(minutes=1)
     assert warm.take("od", 1, later, None, "growth") is None
     assert warm.take("od", 1, later, None, "fraud") == ("i-f",)
+
+
+# -- data already on a warm instance: no download ---------------------------------------------------
+def test_in_the_simulator_a_warm_instance_holding_the_data_skips_the_download() -> None:
+    """Three 6-minute jobs back to back on one pooled instance, each reading 450 GB (12 minutes
+    at 2,250 GB/h): a boots and downloads; b, with the same dataset, starts on a's warm
+    instance with neither; c, with another dataset, on the same instance downloads its own."""
+    from budgeteer.domain.job import DataSource  # noqa: PLC0415
+
+    od = make_offering("od", price=2.0, startup_seconds=BOOT)
+    pool = PoolSettings("od", 0, 1, 3600.0, BOOT, 0.0)
+    plan = (("a", "s3://d/clicks", 0), ("b", "s3://d/clicks", 25), ("c", "s3://d/views", 40))
+    jobs = [
+        dataclasses.replace(
+            make_job(name, hours=0.1, spot=False, seq=i),
+            submitted_at=T0 + timedelta(minutes=minute),
+            data=DataSource("aws/us-east-1", 450.0, uri),
+        )
+        for i, (name, uri, minute) in enumerate(plan)
+    ]
+    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
+    run = simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=3),
+        policy=Policy(use_pools=True),
+        pools={"od": pool},
+        cycle_seconds=60,
+    )
+    [a], [b], [c] = (run.store.attempts(j) for j in "abc")
+    assert run.backend.warm_starts == {"b.1", "c.1"}
+    assert a.instance_ids == b.instance_ids == c.instance_ids
+    minutes = [
+        round((x.ended_at - x.started_at).total_seconds() / 60)  # type: ignore[operator]
+        for x in (a, b, c)
+    ]
+    assert minutes == [2 + 12 + 6, 6, 12 + 6]  # boot + download + work; work; download + work

@@ -137,6 +137,10 @@ def contended_snapshots(draw: st.DrawFn) -> Snapshot:
     return make_snapshot(team_jobs, offers, budgets, [spent("a", str(draw(st.integers(0, 150))))])
 
 
+#: the default policy's rate for a dataset to reach a fresh instance (5 Gbit/s)
+DOWNLOAD_GB_PER_HOUR = 2250.0
+
+
 def cheapest_feasible(
     job: Job, snap: Snapshot, hours: float, deadline: datetime | None = None
 ) -> float:
@@ -174,7 +178,8 @@ def cheapest_feasible(
             inflation = 1 + lam * (c / 2 + r)
             runtime = base * inflation
             std = math.sqrt(lam * base * (c * c / 3 + c * r + r * r))
-            start = o.startup_seconds / 3600
+            download = job.data.size_gb / DOWNLOAD_GB_PER_HOUR if job.data else 0.0
+            start = o.startup_seconds / 3600 + download  # the data reaches a fresh instance
             egress = (
                 snap.egress.cost_usd(job.data.location, o.venue, job.data.size_gb)
                 if job.data

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +22,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from budgeteer.core.data_moves import data_moves
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.placements import (
     Configs,
@@ -32,7 +33,7 @@ from budgeteer.core.placements import (
     with_boots,
 )
 from budgeteer.core.policy import Policy
-from budgeteer.core.pools import boots_of, warm_data
+from budgeteer.core.pools import boots_of
 from budgeteer.core.runtime import FloatArray, evaluate, preemption_moments
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import Job
@@ -107,36 +108,6 @@ def _catalog_work(
     return out
 
 
-def _egress_matrix(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) -> FloatArray:
-    """Egress cost of each job's data to each placement's venue (a column of zeros if none)."""
-    if not any(j.data and j.data.size_gb > 0 for j in jobs):
-        return np.zeros((len(jobs), 1))
-    venue_codes = np.unique(configs.venue)
-    per_venue = np.zeros((len(jobs), len(configs.table.venues)))
-    by_location: dict[str, list[int]] = defaultdict(list)
-    size_of: dict[str, list[float]] = defaultdict(list)
-    for row, job in enumerate(jobs):
-        if job.data and job.data.size_gb > 0:
-            by_location[job.data.location].append(row)
-            size_of[job.data.location].append(job.data.size_gb)
-    for location, rows in by_location.items():
-        sizes = np.array(size_of[location])
-        for code in venue_codes.tolist():
-            venue = configs.table.venues[code]
-            per_venue[rows, code] = snapshot.egress.cost_usd_many(location, venue, sizes)
-    result: FloatArray = per_venue[:, configs.venue]
-    if any(v.data for v in snapshot.pools):  # warm data in a pool its team may use: no move
-        ids = {o.id: i for i, o in enumerate(configs.table.offerings)}
-        held_by = {t: warm_data(snapshot.pools, t) for t in {j.team for j in jobs}}
-        for row, job in enumerate(jobs):
-            uri, held = job.data.uri if job.data else None, held_by[job.team]
-            for oid, count in held.get(uri, ()) if uri else ():
-                if oid in ids:
-                    there = (configs.offering == ids[oid]) & (configs.instances <= count)
-                    result[row, there] = 0.0
-    return result
-
-
 def _front(
     snapshot: Snapshot,
     jobs: Sequence[Job],
@@ -156,7 +127,7 @@ def _front(
         [[(d - now).total_seconds() / 3600.0 if d is not None else math.inf] for d in deadlines]
     )
     cap = np.array([[j.budget_usd if j.budget_usd is not None else math.inf] for j in jobs])
-    egress = _egress_matrix(snapshot, jobs, configs)
+    egress, download = data_moves(snapshot, jobs, configs, policy)
     moments = [
         preemption_moments(j.checkpoint_interval_seconds, j.restart_overhead_seconds) for j in jobs
     ]
@@ -164,7 +135,7 @@ def _front(
         work_ref_hours=_work_matrix(jobs, configs, throughput, variant, snapshot.speeds),
         speed_ref_per_hour=configs.speed[None, :],
         usd_per_hour=configs.usd_per_hour[None, :],
-        startup_hours=configs.startup_hours[None, :],
+        startup_hours=configs.startup_hours[None, :] + download,
         interruptions_per_hour=configs.interruptions_per_hour[None, :],
         loss_mean_hours=np.array([[m[0]] for m in moments]),
         loss_second_moment=np.array([[m[1]] for m in moments]),

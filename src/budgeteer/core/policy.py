@@ -61,6 +61,11 @@ class Policy:
     ``use_pools``: offerings declared in ``pools`` keep an ended attempt's instances warm for
     the next job (:mod:`budgeteer.core.pools`); off (the simulator's ``default-no-pools``), every
     attempt boots its own and gives them back when it ends.
+
+    ``data_download_gb_per_hour``: how fast a job's dataset (``data.size_gb``) reaches a fresh
+    instance — a start-up its placement bills and its finish waits for, except on a warm
+    instance that holds it already (:mod:`budgeteer.core.data_moves`); 2,250 GB/h is 5 Gbit/s,
+    0 leaves downloads out of the plans.
     """
 
     intra_node_efficiency_per_doubling: float = 0.97
@@ -87,6 +92,7 @@ class Policy:
     live_spot: bool = True
     spot_decision_seconds: float = 600.0
     use_pools: bool = True
+    data_download_gb_per_hour: float = 2250.0
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

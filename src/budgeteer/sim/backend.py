@@ -138,7 +138,8 @@ class SimBackend(SimPools, MarketPrices):
         job = self.store.job(request.job_id)
         if job.work.reference_hours is None:
             raise LaunchFailed("the simulator needs work in reference hours")
-        reused = self._reusable(offering, request.instances, now, request.data_uri, job.team)
+        took = self._reusable(offering, request.instances, now, request.data_uri, job.team)
+        reused, held = took if took is not None else (None, False)
         warm = reused is not None
         in_use = self._in_use.get(offering.id, 0)
         limit = offering.max_instances
@@ -157,7 +158,11 @@ class SimBackend(SimPools, MarketPrices):
         ids = reused or tuple(f"{hid}-{i}" for i in range(request.instances))
         handle = Handle.of(self.name, hid, request, ids, now)
         boot = 0.0 if warm else offering.startup_seconds
-        run = _Run(handle, request, job, now + timedelta(seconds=boot), self._rate(job, request))
+        # the dataset reaches a fresh instance at the policy's rate; one holding it has it
+        rate = self.policy.data_download_gb_per_hour
+        size = job.data.size_gb if job.data and not held and rate > 0 else 0.0
+        ready_at = now + timedelta(seconds=boot, hours=size / rate if size else 0.0)
+        run = _Run(handle, request, job, ready_at, self._rate(job, request))
         self._runs[hid] = run
         if warm:
             self.warm_starts.add(hid)  # its instances were already held

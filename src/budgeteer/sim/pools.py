@@ -125,11 +125,11 @@ class SimPools:
         now: datetime,
         data: str | None = None,
         team: str | None = None,
-    ) -> tuple[str, ...] | None:
+    ) -> tuple[tuple[str, ...], bool] | None:
         """Take ``instances`` warm instances of ``offering``'s pool for a launch (those holding
         the job's dataset ``data`` first, then the most recently idle: the others reach their
-        timeout sooner), billing their idle time: their ids, or ``None`` when the pool has not
-        that many."""
+        timeout sooner), billing their idle time: their ids and whether they all hold ``data``
+        (no download), or ``None`` when the pool has not that many."""
         pool = self._pools.get(offering.id)
         if pool is None or (team is not None and not pool.settings.serves(team)):
             return None
@@ -142,7 +142,8 @@ class SimPools:
         taken = ready[-instances:]
         for idle in taken:
             self._stop_idling(offering, pool, idle, now)
-        return tuple(i.instance_id for i in taken)
+        held = data is not None and all(i.data == data for i in taken)
+        return tuple(i.instance_id for i in taken), held
 
     def _make_room(self, offering: Offering, short: int, now: datetime) -> int:
         """Give back up to ``short`` idle instances (longest idle first) so a fresh launch fits
