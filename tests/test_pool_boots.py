@@ -25,6 +25,7 @@ from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.clock import ManualClock
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import PoolSettings, WarmWindow
+from budgeteer.domain.job import Job
 from budgeteer.domain.job import JobState as S
 from budgeteer.ledger.billing import IDLE_SOURCE, amount_usd, is_idle
 from budgeteer.scheduler import Scheduler
@@ -205,25 +206,32 @@ def test_a_sandbox_without_the_offering_of_a_booting_pool_is_refused(tmp_path: P
 
 
 # -- the simulator --------------------------------------------------------------------------------
+def _simulate(jobs: list[Job], pool: PoolSettings, hours: float, cycle_seconds: float) -> SimRun:
+    """``jobs`` on one pooled on-demand offering ``od`` at $2/h (2-minute boot) from 01:00 for
+    ``hours``, spot never mattering."""
+    od = make_offering("od", price=2.0, startup_seconds=BOOT)
+    trace = TraceMarket(np.full(600, True), 60, T0, prices=np.full(600, 2.0), source="trace")
+    return simulate(
+        [Arrival(j.submitted_at, j) for j in jobs],
+        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
+        trace,
+        start=T0,
+        end=T0 + timedelta(hours=hours),
+        policy=Policy(use_pools=True),
+        pools={"od": pool},
+        cycle_seconds=cycle_seconds,
+    )
+
+
 def _sim(pool: PoolSettings, arrive_minutes: float) -> SimRun:
     """One 6-minute job (2-minute boot) arriving ``arrive_minutes`` after 01:00, on a pooled
     on-demand offering at $2/h; three simulated hours."""
-    od = make_offering("od", price=2.0, startup_seconds=BOOT)
     job = dataclasses.replace(
         make_job("a", hours=0.1, spot=False, team="fraud"),
         submitted_at=T0 + timedelta(minutes=arrive_minutes),
     )
-    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
-    return simulate(
-        [Arrival(job.submitted_at, job)],
-        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
-        trace,
-        start=T0,
-        end=T0 + timedelta(hours=3),
-        policy=Policy(use_pools=True),
-        pools={"od": pool},
-        cycle_seconds=600,  # cycles far apart: the window's boot is the kernel's, on time
-    )
+    # cycles far apart: the window's boot is the kernel's, on time
+    return _simulate([job], pool, hours=3, cycle_seconds=600)
 
 
 def test_the_simulator_boots_for_a_window_on_time_and_the_job_starts_warm() -> None:
@@ -347,19 +355,7 @@ def test_with_floors_each_instance_is_billed_once_and_a_job_pays_at_most_its_tim
     windows = () if window is None else (WarmWindow("30 1 * * *", window, 1800.0),)
     team = "ml" if minimum or windows else None
     pool = PoolSettings("od", minimum, 4, timeout * 60.0, BOOT, wait * 60.0, (), team, windows)
-    od = make_offering("od", price=2.0, startup_seconds=BOOT)
-    trace = TraceMarket(np.full(600, True), 60, T0, prices=np.full(600, 2.0), source="trace")
-    end = T0 + timedelta(hours=6)
-    run = simulate(
-        [Arrival(j.submitted_at, j) for j in jobs],
-        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
-        trace,
-        start=T0,
-        end=end,
-        policy=Policy(use_pools=True),
-        pools={"od": pool},
-        cycle_seconds=60,
-    )
+    run = _simulate(jobs, pool, hours=6, cycle_seconds=60)
     assert all(run.store.job(j.id).state is S.SUCCEEDED for j in jobs)
     attempts = run.store.attempts()
     ledger = run.store.ledger()
@@ -402,7 +398,6 @@ def test_with_floors_each_instance_is_billed_once_and_a_job_pays_at_most_its_tim
 def test_only_the_pools_teams_take_its_warm_instances_or_leave_theirs_there() -> None:
     """fraud's a (01:00, 6 min + boot) leaves its instance warm; growth's b (01:10) boots its
     own — the pool is fraud's — and gives it back when it ends; fraud's c (01:12) takes a's."""
-    od = make_offering("od", price=2.0, startup_seconds=BOOT)
     pool = PoolSettings("od", 0, 4, 1800.0, BOOT, 0.0, teams=("fraud",))
     jobs = [
         dataclasses.replace(
@@ -413,17 +408,7 @@ def test_only_the_pools_teams_take_its_warm_instances_or_leave_theirs_there() ->
             (("a", "fraud", 0), ("b", "growth", 10), ("c", "fraud", 12))
         )
     ]
-    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
-    run = simulate(
-        [Arrival(j.submitted_at, j) for j in jobs],
-        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
-        trace,
-        start=T0,
-        end=T0 + timedelta(hours=2),
-        policy=Policy(use_pools=True),
-        pools={"od": pool},
-        cycle_seconds=60,
-    )
+    run = _simulate(jobs, pool, hours=2, cycle_seconds=60)
     [a], [b], [c] = (run.store.attempts(j) for j in "abc")
     assert run.backend.warm_starts == {"c.1"}
     assert c.instance_ids == a.instance_ids
@@ -467,7 +452,6 @@ def test_in_the_simulator_a_warm_instance_holding_the_data_skips_the_download() 
     instance with neither; c, with another dataset, on the same instance downloads its own."""
     from budgeteer.domain.job import DataSource  # noqa: PLC0415
 
-    od = make_offering("od", price=2.0, startup_seconds=BOOT)
     pool = PoolSettings("od", 0, 1, 3600.0, BOOT, 0.0)
     plan = (("a", "s3://d/clicks", 0), ("b", "s3://d/clicks", 25), ("c", "s3://d/views", 40))
     jobs = [
@@ -478,17 +462,7 @@ def test_in_the_simulator_a_warm_instance_holding_the_data_skips_the_download() 
         )
         for i, (name, uri, minute) in enumerate(plan)
     ]
-    trace = TraceMarket(np.full(500, True), 60, T0, prices=np.full(500, 2.0), source="trace")
-    run = simulate(
-        [Arrival(j.submitted_at, j) for j in jobs],
-        Catalog((od,), dict(THROUGHPUT), EGRESS, "test"),
-        trace,
-        start=T0,
-        end=T0 + timedelta(hours=3),
-        policy=Policy(use_pools=True),
-        pools={"od": pool},
-        cycle_seconds=60,
-    )
+    run = _simulate(jobs, pool, hours=3, cycle_seconds=60)
     [a], [b], [c] = (run.store.attempts(j) for j in "abc")
     assert run.backend.warm_starts == {"b.1", "c.1"}
     assert a.instance_ids == b.instance_ids == c.instance_ids
