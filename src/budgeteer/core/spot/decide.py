@@ -196,13 +196,14 @@ def _why(s: Situation, mode: Mode) -> str:
 class Default:
     """``default``: budgeteer's own policy — the MDP policy for the zone's observed
     availability, with the exact safety net: the replay's side of :func:`decide`. The estimate
-    is made on the week before the run and made again, on the week before the tick, whenever
-    the market has seen a quarter more periods (:func:`estimate_moved`, the service's rule)."""
+    is made on the four weeks before the run (:data:`HISTORY_DAYS`) and made again, on the four
+    weeks before the tick, whenever the market has seen a quarter more periods
+    (:func:`estimate_moved`, the service's rule)."""
 
     name = "default"
 
     def prepare(self, job: SpotJob, history: Market) -> Decider:
-        """Estimate availability on the history's last week, at the run's start price."""
+        """Estimate availability on the history's last four weeks, at the run's start price."""
         g = history.gap_hours
         window = max(2, int(HISTORY_DAYS * 24 / g))
         lag = max(0.0, job.deadline_hours - job.work_hours)
