@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from budgeteer.core.fronts import (
@@ -28,6 +28,7 @@ from budgeteer.core.infeasible import infeasible_message, no_offering_message
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import closed_to, warm_data
+from budgeteer.core.reserve import downstream_hours
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import DeadlineMiss, Job
 
@@ -46,6 +47,7 @@ class Candidates:
     late: str | None = None  # planned late: why, and the finish it is planned for
     due: datetime | None = None  # the fresh deadline a late job is planned for
     expired: bool = False  # the deadline passed and the job asked to be cancelled then
+    reserve_hours: float = 0.0  # planned to finish this long before its deadline (dependents)
 
     @property
     def cheapest_usd(self) -> float:
@@ -93,6 +95,11 @@ def nominate(
     ``Policy.late_slack_fraction``. Its candidates say so (``late``); the metrics still count
     the original deadline as missed. With ``on_deadline_miss: cancel`` a passed deadline marks
     the job ``expired`` (the loop cancels it).
+
+    A job others wait on is planned to finish its *reserve* before its deadline (with
+    ``Policy.pipeline_reserve``; :mod:`budgeteer.core.reserve`), so that a pipeline's later steps
+    keep their time; when no plan can finish by then, to its own deadline (``reserve_hours``
+    says which).
     """
     now = snapshot.now
     run_late = policy.run_late_jobs
@@ -110,8 +117,28 @@ def nominate(
                 f"late: the deadline {job.deadline:%Y-%m-%d %H:%M} UTC has passed; planned to "
                 f"finish by {due[job.id]:%Y-%m-%d %H:%M} UTC"
             )
+    reserve = downstream_hours(snapshot.jobs) if policy.pipeline_reserve else {}
+    reserved: dict[str, float] = {}
+    for job in jobs:
+        hours = reserve.get(job.id, 0.0)
+        if job.id in due or job.deadline is None or hours <= 0.0:
+            continue
+        point = job.deadline - timedelta(hours=hours)
+        if point > now:
+            due[job.id] = point
+            reserved[job.id] = hours
     cache = cache if cache is not None else FrontCache()
     out, fastest = _nominate(snapshot, jobs, policy, due, late, cache)
+    # no plan finishes before the dependents' time begins: planned to its own deadline
+    short = [j for j in jobs if j.id in reserved and out[j.id].infeasible is not None]
+    for job in short:
+        del due[job.id], reserved[job.id]
+    if short:
+        more, quickest = _nominate(snapshot, short, policy, due, late, cache)
+        out.update(more)
+        fastest.update(quickest)
+    for job_id, hours in reserved.items():
+        out[job_id] = replace(out[job_id], reserve_hours=hours)
     again: list[Job] = []
     for job in jobs if run_late else ():
         c = out[job.id]
@@ -218,6 +245,12 @@ def _nominate(
                     p.cheapest,
                 )
             out[job.id] = Candidates(
-                job, p.front, inc, message, details, late.get(job.id), due.get(job.id)
+                job,
+                p.front,
+                inc,
+                message,
+                details,
+                late.get(job.id),
+                due.get(job.id) if job.id in late else None,
             )
     return out, fastest_of

@@ -141,6 +141,7 @@ def _admissions(
                 uses_reserve,
                 candidates[a.job.id].late,
                 candidates[a.job.id].due,
+                candidates[a.job.id].reserve_hours,
             )
         )
     return admissions, holds

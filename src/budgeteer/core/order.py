@@ -43,11 +43,12 @@ def decayed_usage(snapshot: Snapshot, policy: Policy) -> dict[str, float]:
 
 
 def slack_seconds(job: Job, candidates: Candidates, now: datetime) -> float:
-    """Time to spare if the job's cheapest plan started now (``inf`` without a deadline)."""
+    """Time to spare if the job's cheapest plan started now (``inf`` without a deadline),
+    less the time the jobs waiting on it keep (its reserve)."""
     if job.deadline is None:
         return math.inf
     runtime_h = float(candidates.full.finish_hours[0]) if candidates.full.size else 0.0
-    return (job.deadline - now).total_seconds() - runtime_h * 3600.0
+    return (job.deadline - now).total_seconds() - (runtime_h + candidates.reserve_hours) * 3600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ class Admission:
     uses_reserve: bool = False
     late: str | None = None  # planned late (its deadline can no longer be met): why, until when
     due: datetime | None = None  # the fresh deadline a late job is planned for
+    reserve_hours: float = 0.0  # planned to finish this long before its deadline (dependents)
 
 
 class HoldReason(StrEnum):

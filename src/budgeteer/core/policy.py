@@ -62,6 +62,10 @@ class Policy:
     the next job (:mod:`budgeteer.core.pools`); off (the simulator's ``default-no-pools``), every
     attempt boots its own and gives them back when it ends.
 
+    ``pipeline_reserve``: a job others wait on is planned to finish early enough for them
+    (:mod:`budgeteer.core.reserve`), not merely by the deadline they share; off (the
+    simulator's baselines), each step is planned to the pipeline's deadline alone.
+
     ``data_download_gb_per_hour``: how fast a job's dataset (``data.size_gb``) reaches a fresh
     instance — a start-up its placement bills and its finish waits for, except on a warm
     instance that holds it already (:mod:`budgeteer.core.data_moves`); 2,250 GB/h is 5 Gbit/s,
@@ -93,6 +97,7 @@ class Policy:
     spot_decision_seconds: float = 600.0
     use_pools: bool = True
     data_download_gb_per_hour: float = 2250.0
+    pipeline_reserve: bool = True
 
     def spot_rules_for(self, job: Job) -> RuleSet:
         """Switch rules and preemption limit for ``job``: its own over its tier's."""

@@ -24,7 +24,7 @@ threads call only :meth:`Scheduler.snapshot`, which goes to the thread-safe snap
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
 
@@ -33,6 +33,7 @@ from budgeteer.catalog import Catalog
 from budgeteer.clock import Clock
 from budgeteer.core import FrontCache, HoldReason, Plan, Policy, Snapshot
 from budgeteer.core.quarantine import plan_isolated, quarantined
+from budgeteer.core.reserve import downstream_hours
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Offering
@@ -45,12 +46,7 @@ from budgeteer.scheduler.progress import FileProgress, ProgressSource
 from budgeteer.scheduler.reconcile import CycleReport, Reconciler
 from budgeteer.scheduler.snapshots import SnapshotBuilder
 from budgeteer.scheduler.speeds import SpeedBook
-from budgeteer.scheduler.spot_live import (
-    PREFIX,
-    LiveSpot,
-    downstream_hours,
-    measured_changeover_seconds,
-)
+from budgeteer.scheduler.spot_live import PREFIX, LiveSpot, measured_changeover_seconds
 from budgeteer.store.base import Move, Store
 
 S = JobState
@@ -307,6 +303,13 @@ class Scheduler:
                 cause = f"placed on {placement.describe()}"
                 if admission.late:
                     cause += f"; {admission.late}"
+                elif admission.reserve_hours > 0 and job.deadline is not None:
+                    by = job.deadline - timedelta(hours=admission.reserve_hours)
+                    cause += (
+                        f"; planned to finish by {by:%Y-%m-%d %H:%M} UTC, "
+                        f"{admission.reserve_hours:.1f} h before its deadline for the jobs "
+                        "waiting on it"
+                    )
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)

@@ -8,7 +8,8 @@ What it reads, per attempt:
   (no ETA yet → no decision); spot and on-demand *siblings* (same provider, region and instance
   type, so the same speed) are the alternatives;
 - its **deadline**, less the time the jobs waiting on it need after it
-  (:func:`downstream_hours`: a pipeline's validate and package steps keep their time);
+  (:func:`~budgeteer.core.reserve.downstream_hours`, the planner's own reserve: a
+  pipeline's validate and package steps keep their time);
 - the **changeover** d: the spot offering's start-up, the job's restart overhead and half its
   checkpoint interval (a preemption's cost; the MDP plans with one changeover, the dearer);
 - the **market**: the spot offering's history in the :class:`~budgeteer.scheduler.markets.
@@ -39,7 +40,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -167,37 +168,6 @@ def measured_changeover_seconds(
         back = min(max(back, a.started_at), now[k][0])
         seen.append((back - a.started_at).total_seconds())
     return statistics.median(seen) if seen else None
-
-
-#: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
-DEPENDENT_STARTUP_HOURS = 0.1
-
-
-def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
-    """For each job that unfinished jobs wait on: the longest chain of work after it, in hours
-    (each dependent at its minimum workers on reference-speed GPUs, plus a start-up). The
-    decider plans such a job to its deadline less this, so a pipeline's later steps keep their
-    time. Example: train → validate (0.5 ref-h) → package (0.2 ref-h): train reserves 0.9 h."""
-    after: dict[str, list[Job]] = {}
-    for job in jobs:
-        if job.state.is_terminal:
-            continue
-        for dep in job.depends_on:
-            after.setdefault(dep.job, []).append(job)
-    memo: dict[str, float] = {}
-
-    def chain(job_id: str, depth: int) -> float:
-        if job_id in memo or depth > 100:  # the DAG is checked at submission; a guard anyway
-            return memo.get(job_id, 0.0)
-        best = 0.0
-        for d in after.get(job_id, ()):
-            gpus = max(1, d.resources.min_workers * d.resources.gpus_per_worker)
-            own = (d.work.reference_hours or 0.0) / gpus + DEPENDENT_STARTUP_HOURS
-            best = max(best, own + chain(d.id, depth + 1))
-        memo[job_id] = best
-        return best
-
-    return {job_id: chain(job_id, 0) for job_id in after}
 
 
 #: Grid points per doubling for the epoch's numbers (about 4% apart).

@@ -15,6 +15,10 @@
 - ``default-no-pools`` (by name only) — ``default`` with the scenario's ``pools`` off: every
   attempt boots its own instances and gives them back when it ends.
 
+The three baselines plan each step of a pipeline to the pipeline's deadline alone (as a queue in
+front of Kueue or a cron script does); ``default`` and its variants keep each step's
+dependents their time (``Policy.pipeline_reserve``).
+
 The scenario's ``pools`` (warm instances kept between jobs) are fleet settings: every policy
 but ``default-no-pools`` uses them.
 """
@@ -59,12 +63,14 @@ def policy_named(
             allow_revocable=False,
             queue_order=QueueOrder.FIFO,
             enforce_budgets=False,
+            pipeline_reserve=False,
         )
     if name == "spot-greedy-fifo":
         return dataclasses.replace(
             base,
             queue_order=QueueOrder.FIFO,
             enforce_budgets=False,
+            pipeline_reserve=False,
             spot_deadline_sigmas=0.0,
             max_spot_inflation=math.inf,
             spot_rules=tuple((t, RuleSet(max_preemptions=1)) for t in Tier),
@@ -73,6 +79,7 @@ def policy_named(
         return dataclasses.replace(
             base,
             enforce_budgets=False,
+            pipeline_reserve=False,
             team_gpu_quotas=tuple(sorted((gpu_quotas or {}).items())),
         )
     raise UnknownPolicy(f"unknown policy {name!r}; available: {', '.join(SELECTABLE)}")

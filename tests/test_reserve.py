@@ -1,0 +1,119 @@
+"""Pipeline reserves: a job others wait on is planned to finish early enough for them, not
+merely by the deadline the pipeline's steps share (critical-path latest finish)."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgeteer.core import Policy, plan_cycle
+from budgeteer.core.reserve import DEPENDENT_STARTUP_HOURS, downstream_hours
+from budgeteer.domain.job import Job, JobState
+from builders import make_job, make_offering, make_snapshot
+
+W = JobState.WAITING
+START = DEPENDENT_STARTUP_HOURS
+
+
+def _pipeline(deadline: float) -> list[Job]:
+    """features (1 ref-h) → train (6) → validate (0.5) → package (0.2), one deadline."""
+    return [
+        make_job("features", hours=1, deadline_hours=deadline, seq=0),
+        make_job(
+            "train",
+            hours=6,
+            deadline_hours=deadline,
+            seq=1,
+            state=W,
+            depends_on=(("features", "success"),),
+        ),
+        make_job(
+            "validate",
+            hours=0.5,
+            deadline_hours=deadline,
+            seq=2,
+            state=W,
+            depends_on=(("train", "success"),),
+        ),
+        make_job(
+            "package",
+            hours=0.2,
+            deadline_hours=deadline,
+            seq=3,
+            state=W,
+            depends_on=(("validate", "success"),),
+        ),
+    ]
+
+
+# a slow, cheap T4 (1 ref-h in 4 h for $2) and a fast, dearer A100 (1 h for $4)
+T4 = make_offering("t4", accelerator="T4", price=0.5)
+A100 = make_offering("a100", accelerator="A100", price=4.0)
+
+
+def test_the_reserve_is_the_longest_chain_of_work_after_a_job() -> None:
+    jobs = _pipeline(20)
+    # a second branch after train, longer than validate → package
+    jobs.append(
+        make_job(
+            "report",
+            hours=2,
+            gpus_per_worker=1,
+            workers=(2, 2),
+            seq=4,
+            state=W,
+            depends_on=(("train", "success"),),
+        )
+    )
+    got = downstream_hours(jobs)
+    assert got["validate"] == pytest.approx(0.2 + START)
+    # validate → package is 0.5 + 0.2 + two start-ups; report is 2 ref-h on 2 GPUs + one
+    assert got["train"] == pytest.approx(max(0.5 + 0.2 + 2 * START, 1.0 + START))
+    assert got["features"] == pytest.approx(6 + START + got["train"])
+    assert "package" not in got  # nothing waits on it
+
+
+def test_only_dependents_that_run_on_success_and_are_unfinished_count() -> None:
+    up = make_job("up", hours=1, deadline_hours=10)
+    on_failure = make_job("cleanup", hours=5, seq=1, state=W, depends_on=(("up", "failure"),))
+    after_any = make_job("notify", hours=0.5, seq=2, state=W, depends_on=(("up", "any"),))
+    finished = make_job(
+        "old", hours=9, seq=3, state=JobState.SUCCEEDED, depends_on=(("up", "success"),)
+    )
+    assert downstream_hours([up, on_failure, after_any, finished]) == {
+        "up": pytest.approx(0.5 + START)
+    }
+
+
+def test_an_upstream_step_is_planned_to_leave_its_dependents_their_time() -> None:
+    jobs = _pipeline(10)
+    snapshot = make_snapshot(jobs, [T4, A100])
+    # alone, features would take the cheap T4: 4 h, well inside the shared 10 h deadline — and
+    # leave train 6 h for 6 ref-h plus validate and package: no time
+    [alone] = plan_cycle(snapshot, Policy(pipeline_reserve=False)).admissions
+    assert alone.placement.offering_id == "t4"
+    assert alone.reserve_hours == 0.0
+    # with the reserve (6 + 0.5 + 0.2 ref-h + three start-ups = 7.0 h) it must finish within
+    # 3 h: the A100
+    [kept] = plan_cycle(snapshot).admissions
+    assert kept.job_id == "features"
+    assert kept.placement.offering_id == "a100"
+    assert kept.reserve_hours == pytest.approx(6.0 + 0.5 + 0.2 + 3 * START)
+    assert kept.late is None
+    assert kept.due is None
+
+
+def test_when_no_plan_meets_the_reserve_the_step_is_planned_to_its_own_deadline() -> None:
+    # 7.5 h to the deadline: the reserve (7.0 h) leaves 0.5 h, and no plan does 1 ref-h in that
+    jobs = _pipeline(7.5)
+    [admission] = plan_cycle(make_snapshot(jobs, [T4, A100])).admissions
+    assert admission.late is None  # its own deadline is still met
+    assert admission.reserve_hours == 0.0
+    assert admission.placement.offering_id == "t4"  # the cheapest plan by its own deadline
+
+
+def test_the_queue_orders_an_upstream_step_by_the_slack_its_reserve_leaves() -> None:
+    pipeline = _pipeline(10)  # features: 1 h of work, 10 h to go, 7 h reserved: 2 h of slack
+    other = make_job("other", hours=1, deadline_hours=6, seq=9)  # 5 h of slack
+    snapshot = make_snapshot([*pipeline, other], [A100])
+    assert plan_cycle(snapshot).order == ("features", "other")
+    assert plan_cycle(snapshot, Policy(pipeline_reserve=False)).order == ("other", "features")
