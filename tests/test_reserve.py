@@ -3,12 +3,19 @@ merely by the deadline the pipeline's steps share (critical-path latest finish).
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
 import pytest
 
+from budgeteer.backends import TraceMarket
+from budgeteer.catalog import Catalog
 from budgeteer.core import Policy, plan_cycle
 from budgeteer.core.reserve import DEPENDENT_STARTUP_HOURS, downstream_hours
 from budgeteer.domain.job import Job, JobState
-from builders import make_job, make_offering, make_snapshot
+from budgeteer.sim.run import Arrival, simulate
+from builders import EGRESS, NOW, THROUGHPUT, make_job, make_offering, make_snapshot
 
 W = JobState.WAITING
 START = DEPENDENT_STARTUP_HOURS
@@ -117,3 +124,55 @@ def test_the_queue_orders_an_upstream_step_by_the_slack_its_reserve_leaves() -> 
     snapshot = make_snapshot([*pipeline, other], [A100])
     assert plan_cycle(snapshot).order == ("features", "other")
     assert plan_cycle(snapshot, Policy(pipeline_reserve=False)).order == ("other", "features")
+
+
+def test_through_the_loop_a_pipeline_meets_its_deadline_and_the_launch_says_why() -> None:
+    # the scheduler's own loop on simulated time: features (1 ref-h) → train (6 ref-h), one
+    # deadline 9.5 h away, on-demand only (no spot in the market)
+    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    catalog = Catalog((T4, A100), dict(THROUGHPUT), EGRESS, "test")
+    market = TraceMarket(np.array([False] * 200), 600, start, source="trace")
+
+    def arrivals() -> list[Arrival]:
+        steps = [
+            make_job("features", hours=1, deadline_hours=9.5, spot=False),
+            make_job(
+                "train",
+                hours=6,
+                deadline_hours=9.5,
+                spot=False,
+                seq=1,
+                depends_on=(("features", "success"),),
+            ),
+        ]
+        shift = start - NOW
+        return [
+            Arrival(start, dataclasses.replace(j, submitted_at=start, deadline=j.deadline + shift))
+            for j in steps
+            if j.deadline is not None
+        ]
+
+    def finished(policy: Policy) -> tuple[dict[str, bool], list[str]]:
+        run = simulate(
+            arrivals(), catalog, market, start=start, end=start + timedelta(hours=30), policy=policy
+        )
+        store = run.store
+        met = {}
+        for job_id in ("features", "train"):
+            job = store.job(job_id)
+            assert job.state is JobState.SUCCEEDED
+            assert job.deadline is not None
+            met[job_id] = store.events(job_id)[-1].at <= job.deadline
+        causes = [e.cause for e in store.events("features")]
+        return met, causes
+
+    met, causes = finished(Policy())
+    assert met == {"features": True, "train": True}
+    assert any(
+        "placed on 1×a100.type" in c and "6.1 h before its deadline for the jobs waiting on it" in c
+        for c in causes
+    )
+    # planned to the shared deadline alone, features takes the T4's 4 h and train is late
+    met, causes = finished(Policy(pipeline_reserve=False))
+    assert met == {"features": True, "train": False}
+    assert any("placed on 1×t4.type" in c for c in causes)
