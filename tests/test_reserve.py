@@ -23,32 +23,17 @@ START = DEPENDENT_STARTUP_HOURS
 
 def _pipeline(deadline: float) -> list[Job]:
     """features (1 ref-h) → train (6) → validate (0.5) → package (0.2), one deadline."""
+    steps = (("features", 1.0), ("train", 6.0), ("validate", 0.5), ("package", 0.2))
     return [
-        make_job("features", hours=1, deadline_hours=deadline, seq=0),
         make_job(
-            "train",
-            hours=6,
+            name,
+            hours=hours,
             deadline_hours=deadline,
-            seq=1,
-            state=W,
-            depends_on=(("features", "success"),),
-        ),
-        make_job(
-            "validate",
-            hours=0.5,
-            deadline_hours=deadline,
-            seq=2,
-            state=W,
-            depends_on=(("train", "success"),),
-        ),
-        make_job(
-            "package",
-            hours=0.2,
-            deadline_hours=deadline,
-            seq=3,
-            state=W,
-            depends_on=(("validate", "success"),),
-        ),
+            seq=seq,
+            state=W if seq else JobState.QUEUED,
+            depends_on=((steps[seq - 1][0], "success"),) if seq else (),
+        )
+        for seq, (name, hours) in enumerate(steps)
     ]
 
 
