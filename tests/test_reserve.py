@@ -103,6 +103,49 @@ def test_when_no_plan_meets_the_reserve_the_step_is_planned_to_its_own_deadline(
     assert admission.placement.offering_id == "t4"  # the cheapest plan by its own deadline
 
 
+# three speeds: T4 (a quarter of reference), A100 (reference), H100 (three times)
+H100 = make_offering("h100", accelerator="H100", price=30.0)
+
+
+@pytest.mark.parametrize(
+    ("after", "deadline", "placed", "waived"),
+    [
+        # train (4 ref-h): T4 16 h for $8, A100 4 h for $16. Keeping validate's reserve (0.5
+        # ref-h + start-up) needs the A100: $8 more. Without it validate has 0.3 h, the H100
+        # ($5 for 10 min) instead of the A100's $2: the reserve would save it $3 — not kept.
+        (0.5, 16.3, "t4", "would cost $8.00 more and save them $3.00"),
+        # validate of 2 ref-h: without the reserve it has 1 h, the H100 for $20 instead of the
+        # A100's $8: the reserve saves $12 for $8 — kept
+        (2.0, 17.0, "a100", None),
+        # 0.5 ref-h with 0.1 h left after the T4: no plan finishes in time — kept
+        (0.5, 16.1, "a100", None),
+    ],
+)
+def test_a_reserve_is_kept_only_when_it_saves_the_dependents_more_than_it_costs(
+    after: float, deadline: float, placed: str, waived: str | None
+) -> None:
+    up = make_job("train", hours=4, deadline_hours=deadline)
+    down = make_job(
+        "validate",
+        hours=after,
+        deadline_hours=deadline,
+        seq=1,
+        state=W,
+        depends_on=(("train", "success"),),
+    )
+    [admission] = plan_cycle(make_snapshot([up, down], [T4, A100, H100])).admissions
+    assert admission.placement.offering_id == placed
+    if waived is None:
+        assert admission.reserve_hours == pytest.approx(after + START)
+        assert admission.reserve_waived is None
+    else:
+        assert admission.reserve_hours == 0.0
+        assert admission.reserve_waived is not None
+        assert admission.reserve_waived.startswith("planned to its deadline")
+        assert waived in admission.reserve_waived
+    assert admission.late is None
+
+
 def test_the_queue_orders_an_upstream_step_by_the_slack_its_reserve_leaves() -> None:
     pipeline = _pipeline(10)  # features: 1 h of work, 10 h to go, 7 h reserved: 2 h of slack
     other = make_job("other", hours=1, deadline_hours=6, seq=9)  # 5 h of slack
@@ -161,3 +204,42 @@ def test_through_the_loop_a_pipeline_meets_its_deadline_and_the_launch_says_why(
     met, causes = finished(Policy(pipeline_reserve=False))
     assert met == {"features": True, "train": False}
     assert any("placed on 1×t4.type" in c for c in causes)
+
+
+def test_through_the_loop_a_reserve_that_does_not_pay_is_waived_and_the_launch_says_why() -> None:
+    # train (4 ref-h) → validate (0.5 ref-h), due 16.3 h away, on-demand only: the T4 for train
+    # ($8, 16 h) and the H100 for validate in the 0.3 h left ($5), not the A100 for train ($16)
+    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    catalog = Catalog((T4, A100, H100), dict(THROUGHPUT), EGRESS, "test")
+    market = TraceMarket(np.array([False] * 200), 600, start, source="trace")
+    steps = [
+        make_job("train", hours=4, deadline_hours=16.3, spot=False),
+        make_job(
+            "validate",
+            hours=0.5,
+            deadline_hours=16.3,
+            spot=False,
+            seq=1,
+            depends_on=(("train", "success"),),
+        ),
+    ]
+    shift = start - NOW
+    arrivals = [
+        Arrival(start, dataclasses.replace(j, submitted_at=start, deadline=j.deadline + shift))
+        for j in steps
+        if j.deadline is not None
+    ]
+    run = simulate(arrivals, catalog, market, start=start, end=start + timedelta(hours=30))
+    store = run.store
+    for job_id in ("train", "validate"):
+        job = store.job(job_id)
+        assert job.state is JobState.SUCCEEDED
+        assert job.deadline is not None
+        assert store.events(job_id)[-1].at <= job.deadline
+    assert any(
+        "placed on 1×t4.type" in e.cause
+        and "planned to its deadline: finishing 0.6 h before it" in e.cause
+        and "would cost $8.00 more and save them $3.00" in e.cause
+        for e in store.events("train")
+    )
+    assert any("placed on 1×h100.type" in e.cause for e in store.events("validate"))

@@ -28,7 +28,7 @@ from budgeteer.core.infeasible import infeasible_message, no_offering_message
 from budgeteer.core.outcomes import Variant
 from budgeteer.core.policy import Policy
 from budgeteer.core.pools import closed_to, warm_data
-from budgeteer.core.reserve import downstream_hours
+from budgeteer.core.reserve import downstream_hours, successors
 from budgeteer.core.snapshot import Snapshot
 from budgeteer.domain.job import DeadlineMiss, Job
 
@@ -48,6 +48,7 @@ class Candidates:
     due: datetime | None = None  # the fresh deadline a late job is planned for
     expired: bool = False  # the deadline passed and the job asked to be cancelled then
     reserve_hours: float = 0.0  # planned to finish this long before its deadline (dependents)
+    reserve_waived: str | None = None  # planned to its deadline: why the reserve did not pay
 
     @property
     def cheapest_usd(self) -> float:
@@ -98,8 +99,9 @@ def nominate(
 
     A job others wait on is planned to finish its *reserve* before its deadline (with
     ``Policy.pipeline_reserve``; :mod:`budgeteer.core.reserve`), so that a pipeline's later steps
-    keep their time; when no plan can finish by then, to its own deadline (``reserve_hours``
-    says which).
+    keep their time; when no plan can finish by then, or when the reserve would cost the job
+    more than it saves the jobs waiting on it (priced both ways; ``reserve_waived`` says so),
+    to its own deadline (``reserve_hours`` says which).
     """
     now = snapshot.now
     run_late = policy.run_late_jobs
@@ -137,6 +139,10 @@ def nominate(
         more, quickest = _nominate(snapshot, short, policy, due, late, cache)
         out.update(more)
         fastest.update(quickest)
+    dropped = _not_worth_it(snapshot, jobs, policy, due, late, cache, reserve, reserved, out)
+    for job_id, (plain, quick, why) in dropped.items():
+        del due[job_id], reserved[job_id]
+        out[job_id], fastest[job_id] = replace(plain, reserve_waived=why), quick
     for job_id, hours in reserved.items():
         out[job_id] = replace(out[job_id], reserve_hours=hours)
     again: list[Job] = []
@@ -160,7 +166,78 @@ def nominate(
 
 
 #: The shortest fresh window a late job is planned for.
+_SAME_USD = 1e-6  # plans this close in cost are the same plan
 _MIN_LATE_WINDOW = timedelta(hours=1)
+
+
+def _cheapest(c: Candidates) -> tuple[float, float]:
+    """Cost and finish (hours from now) of the cheapest plan, either variant (``inf`` if none)."""
+    best = (math.inf, math.inf)
+    for front in (c.full, c.incremental):
+        if front is not None and front.size and float(front.cost_usd[0]) < best[0]:
+            best = (float(front.cost_usd[0]), float(front.finish_hours[0]))
+    return best
+
+
+def _not_worth_it(
+    snapshot: Snapshot,
+    jobs: Sequence[Job],
+    policy: Policy,
+    due: Mapping[str, datetime],
+    late: Mapping[str, str],
+    cache: FrontCache,
+    reserve: Mapping[str, float],
+    reserved: Mapping[str, float],
+    out: Mapping[str, Candidates],
+) -> dict[str, tuple[Candidates, float, str]]:
+    """The reserved jobs whose reserve costs them more than it saves the jobs waiting on them,
+    each with its candidates and fastest finish without the reserve, and why.
+
+    Keeping the reserve, a job may need a dearer plan than the cheapest that meets its own
+    deadline (a fast GPU, or on-demand for spot). Without it, its direct dependents start
+    later: each is priced for the time left to it after the job's cheapest plan (less its own
+    dependents' reserve) and for the time the reserve keeps for it; the differences, summed,
+    are what the reserve saves them (``inf`` when one of them could not finish at all). The
+    reserve is dropped when it costs the job more than that."""
+    now = snapshot.now
+    held = [j for j in jobs if j.id in reserved and j.deadline is not None]
+    if not held:
+        return {}
+    free = {k: v for k, v in due.items() if k not in reserved}
+    plain, quickest = _nominate(snapshot, held, policy, free, late, cache)
+    after = successors(snapshot.jobs)
+    dropped: dict[str, tuple[Candidates, float, str]] = {}
+    for job in held:
+        assert job.deadline is not None
+        cost, finish = _cheapest(plain[job.id])
+        extra = out[job.id].cheapest_usd - cost
+        if not math.isfinite(cost) or extra <= _SAME_USD:
+            continue  # the cheapest plan meets the reserve too (or nothing does)
+        left = (job.deadline - now).total_seconds() / 3600.0 - finish
+        saved = 0.0
+        for d in after.get(job.id, ()):
+            later = reserve.get(d.id, 0.0)
+            kept = reserved[job.id] - later  # what the reserve keeps for d
+            squeezed = left - later  # what d would have after the cheapest plan
+            if squeezed <= 0.0:
+                saved = math.inf
+                break
+            windows = {d.id: now + timedelta(hours=squeezed)}
+            tight = _nominate(snapshot, [d], policy, windows, {}, cache)[0][d.id].cheapest_usd
+            windows = {d.id: now + timedelta(hours=max(kept, squeezed))}
+            loose = _nominate(snapshot, [d], policy, windows, {}, cache)[0][d.id].cheapest_usd
+            if math.isfinite(tight):
+                saved += tight - loose
+            elif math.isfinite(loose):
+                saved = math.inf  # d can finish with the reserve only
+                break
+        if extra > saved:
+            why = (
+                f"planned to its deadline: finishing {reserved[job.id]:.1f} h before it for the "
+                f"jobs waiting on it would cost ${extra:,.2f} more and save them ${saved:,.2f}"
+            )
+            dropped[job.id] = (plain[job.id], quickest[job.id], why)
+    return dropped
 
 
 def _nominate(

@@ -5,7 +5,9 @@ the pipeline is). Planned to that deadline alone, an upstream step may take the 
 plan that still finishes in time — and leave its dependents no time but for the fastest, dearest
 plans, or none at all. So the planner (:func:`~budgeteer.core.candidates.nominate`) plans a job
 with dependents to its deadline less its *reserve* — the longest chain of work after it — when a
-plan can meet that, and to its own deadline otherwise; the spot decider plans to the same point
+plan can meet that and the reserve pays (it costs the job less than it saves its dependents,
+each priced for the time it keeps and the time it would have without), and to its own deadline
+otherwise; the spot decider always plans to the deadline less the reserve
 (:mod:`budgeteer.scheduler.spot_live`). It is the latest-finish time of a backward pass over the
 DAG (critical-path scheduling), with each dependent at its minimum workers on reference-speed
 GPUs plus a start-up: the time it needs on an ordinary plan, not on the fastest one.
@@ -20,7 +22,7 @@ from collections.abc import Iterable
 
 from budgeteer.domain.job import DependencyCondition, Job
 
-__all__ = ["DEPENDENT_STARTUP_HOURS", "downstream_hours"]
+__all__ = ["DEPENDENT_STARTUP_HOURS", "downstream_hours", "own_hours", "successors"]
 
 #: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
 DEPENDENT_STARTUP_HOURS = 0.1
@@ -28,11 +30,8 @@ DEPENDENT_STARTUP_HOURS = 0.1
 _AFTER_SUCCESS = frozenset({DependencyCondition.SUCCESS, DependencyCondition.ANY})
 
 
-def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
-    """For each job that unfinished jobs wait on (on its success): the longest chain of work
-    after it, in hours (each dependent at its minimum workers on reference-speed GPUs, plus a
-    start-up). Example: train → validate (0.5 ref-h) → package (0.2 ref-h): train reserves
-    0.5 + 0.1 + 0.2 + 0.1 = 0.9 h."""
+def successors(jobs: Iterable[Job]) -> dict[str, list[Job]]:
+    """For each job that unfinished jobs wait on (on its success): those jobs."""
     after: dict[str, list[Job]] = {}
     for job in jobs:
         if job.state.is_terminal:
@@ -40,6 +39,22 @@ def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
         for dep in job.depends_on:
             if dep.on in _AFTER_SUCCESS:
                 after.setdefault(dep.job, []).append(job)
+    return after
+
+
+def own_hours(job: Job) -> float:
+    """A dependent's own share of a reserve: its work at its minimum workers on
+    reference-speed GPUs, plus a start-up."""
+    gpus = max(1, job.resources.min_workers * job.resources.gpus_per_worker)
+    return (job.work.reference_hours or 0.0) / gpus + DEPENDENT_STARTUP_HOURS
+
+
+def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
+    """For each job that unfinished jobs wait on (on its success): the longest chain of work
+    after it, in hours (each dependent at its minimum workers on reference-speed GPUs, plus a
+    start-up). Example: train → validate (0.5 ref-h) → package (0.2 ref-h): train reserves
+    0.5 + 0.1 + 0.2 + 0.1 = 0.9 h."""
+    after = successors(jobs)
     memo: dict[str, float] = {}
 
     def chain(job_id: str, depth: int) -> float:
@@ -47,9 +62,7 @@ def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
             return memo.get(job_id, 0.0)
         best = 0.0
         for d in after.get(job_id, ()):
-            gpus = max(1, d.resources.min_workers * d.resources.gpus_per_worker)
-            own = (d.work.reference_hours or 0.0) / gpus + DEPENDENT_STARTUP_HOURS
-            best = max(best, own + chain(d.id, depth + 1))
+            best = max(best, own_hours(d) + chain(d.id, depth + 1))
         memo[job_id] = best
         return best
 

@@ -310,6 +310,8 @@ class Scheduler:
                         f"{admission.reserve_hours:.1f} h before its deadline for the jobs "
                         "waiting on it"
                     )
+                elif admission.reserve_waived:
+                    cause += f"; {admission.reserve_waived}"
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)
