@@ -14,6 +14,7 @@ from budgeteer.catalog import Catalog
 from budgeteer.core import Policy, plan_cycle
 from budgeteer.core.reserve import DEPENDENT_STARTUP_HOURS, downstream_hours
 from budgeteer.domain.job import Job, JobState
+from budgeteer.domain.offering import Offering
 from budgeteer.sim.run import Arrival, simulate
 from builders import EGRESS, NOW, THROUGHPUT, make_job, make_offering, make_snapshot
 
@@ -154,92 +155,77 @@ def test_the_queue_orders_an_upstream_step_by_the_slack_its_reserve_leaves() -> 
     assert plan_cycle(snapshot, Policy(pipeline_reserve=False)).order == ("other", "features")
 
 
-def test_through_the_loop_a_pipeline_meets_its_deadline_and_the_launch_says_why() -> None:
-    # the scheduler's own loop on simulated time: features (1 ref-h) → train (6 ref-h), one
-    # deadline 9.5 h away, on-demand only (no spot in the market)
-    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
-    catalog = Catalog((T4, A100), dict(THROUGHPUT), EGRESS, "test")
-    market = TraceMarket(np.array([False] * 200), 600, start, source="trace")
-
-    def arrivals() -> list[Arrival]:
-        steps = [
-            make_job("features", hours=1, deadline_hours=9.5, spot=False),
-            make_job(
-                "train",
-                hours=6,
-                deadline_hours=9.5,
-                spot=False,
-                seq=1,
-                depends_on=(("features", "success"),),
-            ),
-        ]
-        shift = start - NOW
-        return [
-            Arrival(start, dataclasses.replace(j, submitted_at=start, deadline=j.deadline + shift))
-            for j in steps
-            if j.deadline is not None
-        ]
-
-    def finished(policy: Policy) -> tuple[dict[str, bool], list[str]]:
-        run = simulate(
-            arrivals(), catalog, market, start=start, end=start + timedelta(hours=30), policy=policy
-        )
-        store = run.store
-        met = {}
-        for job_id in ("features", "train"):
-            job = store.job(job_id)
-            assert job.state is JobState.SUCCEEDED
-            assert job.deadline is not None
-            met[job_id] = store.events(job_id)[-1].at <= job.deadline
-        causes = [e.cause for e in store.events("features")]
-        return met, causes
-
-    met, causes = finished(Policy())
-    assert met == {"features": True, "train": True}
-    assert any(
-        "placed on 1×a100.type" in c and "6.1 h before its deadline for the jobs waiting on it" in c
-        for c in causes
-    )
-    # planned to the shared deadline alone, features takes the T4's 4 h and train is late
-    met, causes = finished(Policy(pipeline_reserve=False))
-    assert met == {"features": True, "train": False}
-    assert any("placed on 1×t4.type" in c for c in causes)
+LOOP_START = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
 
-def test_through_the_loop_a_reserve_that_does_not_pay_is_waived_and_the_launch_says_why() -> None:
-    # train (4 ref-h) → validate (0.5 ref-h), due 16.3 h away, on-demand only: the T4 for train
-    # ($8, 16 h) and the H100 for validate in the 0.3 h left ($5), not the A100 for train ($16)
-    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
-    catalog = Catalog((T4, A100, H100), dict(THROUGHPUT), EGRESS, "test")
-    market = TraceMarket(np.array([False] * 200), 600, start, source="trace")
-    steps = [
-        make_job("train", hours=4, deadline_hours=16.3, spot=False),
+def _two_steps(up: tuple[str, float], down: tuple[str, float], deadline: float) -> list[Job]:
+    """``up`` → ``down`` (name, ref-h), one deadline, on-demand only."""
+    return [
+        make_job(up[0], hours=up[1], deadline_hours=deadline, spot=False),
         make_job(
-            "validate",
-            hours=0.5,
-            deadline_hours=16.3,
+            down[0],
+            hours=down[1],
+            deadline_hours=deadline,
             spot=False,
             seq=1,
-            depends_on=(("train", "success"),),
+            depends_on=((up[0], "success"),),
         ),
     ]
-    shift = start - NOW
+
+
+def _through_the_loop(
+    steps: list[Job], offerings: list[Offering], policy: Policy | None = None
+) -> tuple[dict[str, bool], dict[str, list[str]]]:
+    """The scheduler's own loop on simulated time (no spot in the market), every step
+    succeeding: whether each met its deadline, and each one's event causes."""
+    catalog = Catalog(tuple(offerings), dict(THROUGHPUT), EGRESS, "test")
+    market = TraceMarket(np.array([False] * 200), 600, LOOP_START, source="trace")
+    shift = LOOP_START - NOW
     arrivals = [
-        Arrival(start, dataclasses.replace(j, submitted_at=start, deadline=j.deadline + shift))
+        Arrival(
+            LOOP_START, dataclasses.replace(j, submitted_at=LOOP_START, deadline=j.deadline + shift)
+        )
         for j in steps
         if j.deadline is not None
     ]
-    run = simulate(arrivals, catalog, market, start=start, end=start + timedelta(hours=30))
-    store = run.store
-    for job_id in ("train", "validate"):
-        job = store.job(job_id)
+    end = LOOP_START + timedelta(hours=30)
+    store = simulate(arrivals, catalog, market, start=LOOP_START, end=end, policy=policy).store
+    met: dict[str, bool] = {}
+    causes: dict[str, list[str]] = {}
+    for step in steps:
+        job = store.job(step.id)
         assert job.state is JobState.SUCCEEDED
         assert job.deadline is not None
-        assert store.events(job_id)[-1].at <= job.deadline
+        met[job.id] = store.events(job.id)[-1].at <= job.deadline
+        causes[job.id] = [e.cause for e in store.events(job.id)]
+    return met, causes
+
+
+def test_through_the_loop_a_pipeline_meets_its_deadline_and_the_launch_says_why() -> None:
+    # features (1 ref-h) → train (6 ref-h), one deadline 9.5 h away
+    steps = _two_steps(("features", 1), ("train", 6), 9.5)
+    met, causes = _through_the_loop(steps, [T4, A100], Policy())
+    assert met == {"features": True, "train": True}
     assert any(
-        "placed on 1×t4.type" in e.cause
-        and "planned to its deadline: finishing 0.6 h before it" in e.cause
-        and "would cost $8.00 more and save them $3.00" in e.cause
-        for e in store.events("train")
+        "placed on 1×a100.type" in c and "6.1 h before its deadline for the jobs waiting on it" in c
+        for c in causes["features"]
     )
-    assert any("placed on 1×h100.type" in e.cause for e in store.events("validate"))
+    # planned to the shared deadline alone, features takes the T4's 4 h and train is late
+    met, causes = _through_the_loop(steps, [T4, A100], Policy(pipeline_reserve=False))
+    assert met == {"features": True, "train": False}
+    assert any("placed on 1×t4.type" in c for c in causes["features"])
+
+
+def test_through_the_loop_a_reserve_that_does_not_pay_is_waived_and_the_launch_says_why() -> None:
+    # train (4 ref-h) → validate (0.5 ref-h), due 16.3 h away: the T4 for train ($8, 16 h) and
+    # the H100 for validate in the 0.3 h left ($5), not the A100 for train ($16)
+    steps = _two_steps(("train", 4), ("validate", 0.5), 16.3)
+    met, causes = _through_the_loop(steps, [T4, A100, H100])
+    assert met == {"train": True, "validate": True}
+    assert any(
+        "placed on 1×t4.type" in c
+        and "planned to its deadline: finishing 0.6 h before it" in c
+        and "would cost $8.00 more and save them $3.00" in c
+        for c in causes["train"]
+    )
+    assert any("placed on 1×h100.type" in c for c in causes["validate"])

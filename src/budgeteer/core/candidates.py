@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -139,7 +139,11 @@ def nominate(
         more, quickest = _nominate(snapshot, short, policy, due, late, cache)
         out.update(more)
         fastest.update(quickest)
-    dropped = _not_worth_it(snapshot, jobs, policy, due, late, cache, reserve, reserved, out)
+
+    def price(some: Sequence[Job], dues: Mapping[str, datetime]) -> _Priced:
+        return _nominate(snapshot, some, policy, dues, late, cache)
+
+    dropped = _not_worth_it(snapshot.now, snapshot.jobs, jobs, reserve, reserved, out, price)
     for job_id, (plain, quick, why) in dropped.items():
         del due[job_id], reserved[job_id]
         out[job_id], fastest[job_id] = replace(plain, reserve_waived=why), quick
@@ -179,16 +183,18 @@ def _cheapest(c: Candidates) -> tuple[float, float]:
     return best
 
 
+#: candidates per job and each job's fastest finish (what :func:`_nominate` returns)
+_Priced = tuple[dict[str, Candidates], dict[str, float]]
+
+
 def _not_worth_it(
-    snapshot: Snapshot,
+    now: datetime,
+    world: Sequence[Job],
     jobs: Sequence[Job],
-    policy: Policy,
-    due: Mapping[str, datetime],
-    late: Mapping[str, str],
-    cache: FrontCache,
     reserve: Mapping[str, float],
     reserved: Mapping[str, float],
     out: Mapping[str, Candidates],
+    price: Callable[[Sequence[Job], Mapping[str, datetime]], _Priced],
 ) -> dict[str, tuple[Candidates, float, str]]:
     """The reserved jobs whose reserve costs them more than it saves the jobs waiting on them,
     each with its candidates and fastest finish without the reserve, and why.
@@ -198,14 +204,14 @@ def _not_worth_it(
     later: each is priced for the time left to it after the job's cheapest plan (less its own
     dependents' reserve) and for the time the reserve keeps for it; the differences, summed,
     are what the reserve saves them (``inf`` when one of them could not finish at all). The
-    reserve is dropped when it costs the job more than that."""
-    now = snapshot.now
+    reserve is dropped when it costs the job more than that. ``world``: every job (the
+    dependents among them); ``price``: candidates for some jobs planned to the given deadlines
+    (the others to their own)."""
     held = [j for j in jobs if j.id in reserved and j.deadline is not None]
     if not held:
         return {}
-    free = {k: v for k, v in due.items() if k not in reserved}
-    plain, quickest = _nominate(snapshot, held, policy, free, late, cache)
-    after = successors(snapshot.jobs)
+    plain, quickest = price(held, {})
+    after = successors(world)
     dropped: dict[str, tuple[Candidates, float, str]] = {}
     for job in held:
         assert job.deadline is not None
@@ -222,10 +228,9 @@ def _not_worth_it(
             if squeezed <= 0.0:
                 saved = math.inf
                 break
-            windows = {d.id: now + timedelta(hours=squeezed)}
-            tight = _nominate(snapshot, [d], policy, windows, {}, cache)[0][d.id].cheapest_usd
-            windows = {d.id: now + timedelta(hours=max(kept, squeezed))}
-            loose = _nominate(snapshot, [d], policy, windows, {}, cache)[0][d.id].cheapest_usd
+            tight = price([d], {d.id: now + timedelta(hours=squeezed)})[0][d.id].cheapest_usd
+            window = {d.id: now + timedelta(hours=max(kept, squeezed))}
+            loose = price([d], window)[0][d.id].cheapest_usd
             if math.isfinite(tight):
                 saved += tight - loose
             elif math.isfinite(loose):
