@@ -170,8 +170,9 @@ def nominate(
 
 
 #: The shortest fresh window a late job is planned for.
-_SAME_USD = 1e-6  # plans this close in cost are the same plan
 _MIN_LATE_WINDOW = timedelta(hours=1)
+#: Plans this close in cost (dollars) are the same plan.
+_SAME_USD = 1e-6
 
 
 def _cheapest(c: Candidates) -> tuple[float, float]:

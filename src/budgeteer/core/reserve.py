@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from budgeteer.domain.job import DependencyCondition, Job
 
-__all__ = ["DEPENDENT_STARTUP_HOURS", "downstream_hours", "own_hours", "successors"]
+__all__ = ["DEPENDENT_STARTUP_HOURS", "downstream_hours", "successors"]
 
 #: What a dependent is assumed to need to start, hours (the catalog's typical start-up).
 DEPENDENT_STARTUP_HOURS = 0.1
@@ -42,7 +42,7 @@ def successors(jobs: Iterable[Job]) -> dict[str, list[Job]]:
     return after
 
 
-def own_hours(job: Job) -> float:
+def _own_hours(job: Job) -> float:
     """A dependent's own share of a reserve: its work at its minimum workers on
     reference-speed GPUs, plus a start-up."""
     gpus = max(1, job.resources.min_workers * job.resources.gpus_per_worker)
@@ -62,7 +62,7 @@ def downstream_hours(jobs: Iterable[Job]) -> dict[str, float]:
             return memo.get(job_id, 0.0)
         best = 0.0
         for d in after.get(job_id, ()):
-            best = max(best, own_hours(d) + chain(d.id, depth + 1))
+            best = max(best, _own_hours(d) + chain(d.id, depth + 1))
         memo[job_id] = best
         return best
 
