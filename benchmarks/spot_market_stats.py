@@ -6,7 +6,16 @@ Per trace: its length and tick, the share of ticks with spot, complete up and do
 (count, mean and median hours); Spearman's rank correlation of an uptime with the uptime before
 it, with the outage just before it, and with the sum of the three uptimes before it; and, by
 3-hour block of the day counted from the trace's start (the traces do not give their start's
-clock time), the share of ticks with spot and the preemptions per hour of spot::
+clock time), the share of ticks with spot and the preemptions per hour of spot.
+
+Then, for the traces recorded side by side (same folder, same tick and length: the six V100
+zones), whether a *sibling* zone's past says more of a zone's future than its own past — the
+multi-zone pooling lead of issue 15. Every 12 hours from the eighth day on, the preemption rate
+(up → down flips per hour of spot) over the next ``--window-hours`` is predicted from the four
+weeks before (at most; the estimate's ``HISTORY_DAYS``; a third of a trace shorter than three
+weeks) of the zone itself, of the other zones of its region, of all other zones pooled, and of
+all zones pooled; printed: the median of |log(predicted ÷ actual)| per zone
+(windows with at least one flip), and the correlation of the zones' availability::
 
     python benchmarks/spot_market_stats.py [--traces tests/data/spot-traces] [--block-hours 3]
 """
@@ -14,6 +23,7 @@ clock time), the share of ticks with spot and the preemptions per hour of spot::
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +31,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from budgeteer.cli.spot import suite_traces
-from budgeteer.core.spot.estimate import periods_of
+from budgeteer.core.spot.estimate import HISTORY_DAYS, periods_of
 from budgeteer.traces import load_trace
 
 
@@ -32,10 +42,79 @@ def _rank_corr(pairs: list[tuple[float, float]]) -> str:
     return f"{float(spearmanr(xs, ys)[0]):+.2f}"
 
 
+def _flips_and_hours(a: np.ndarray, g: float) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative up → down flips and hours of spot, tick by tick (sums over any span by
+    difference)."""
+    flips = np.r_[0, np.cumsum(a[:-1] & ~a[1:])]
+    hours = np.r_[0.0, np.cumsum(a[:-1]) * g]
+    return flips, hours
+
+
+def _rate(
+    cum: Sequence[tuple[np.ndarray, np.ndarray]], ids: Sequence[int], a: int, b: int
+) -> float:
+    """Flips per hour of spot from tick ``a`` to ``b``, the zones ``ids`` pooled (NaN: none)."""
+    f = sum(cum[i][0][b] - cum[i][0][a] for i in ids)
+    h = sum(cum[i][1][b] - cum[i][1][a] for i in ids)
+    return float(f / h) if h > 0 and f > 0 else math.nan
+
+
+def _region(stem: str) -> str:
+    """``us-west-2c_v100_1`` → ``us-west-2`` (the zone's letter dropped)."""
+    return stem.split("_", maxsplit=1)[0][:-1]
+
+
+def siblings(paths: Sequence[Path], window_hours: float) -> None:
+    """A zone's own past against its siblings' as a forecast of its preemption rate."""
+    groups: dict[tuple[Path, float, int], list[tuple[str, np.ndarray]]] = {}
+    for path in paths:
+        tr = load_trace(path)
+        a = np.array(tr.available) >= 1
+        groups.setdefault((path.parent, tr.gap_hours, len(a)), []).append((path.stem, a))
+    for (folder, g, n), zones in groups.items():
+        if len(zones) < 3:
+            continue
+        cum = [_flips_and_hours(a, g) for _, a in zones]
+        step = round(12 / g)
+        first = round(min(7 * 24, n * g / 3) / g)  # a third of a short trace as the first past
+        span, past = round(window_hours / g), round(HISTORY_DAYS * 24 / g)
+        if n - span <= first:
+            print(f"\n{folder.name}: {len(zones)} zones, {n * g:.1f} h: too short for the forecast")
+            continue
+        print(
+            f"\n{folder.name}: {len(zones)} zones side by side; the preemption rate over the next "
+            f"{window_hours:g} h predicted from up to {HISTORY_DAYS:g} days before, "
+            "median |log(predicted ÷ actual)| (windows):"
+        )
+        print(
+            "zone                   own past  same region's past  siblings' past  all zones' past"
+        )
+        for z, (name, _) in enumerate(zones):
+            errs: list[list[float]] = [[], [], [], []]
+            for t in range(first, n - span, step):
+                lo = max(0, t - past)
+                actual = _rate(cum, [z], t, t + span)
+                if math.isnan(actual):
+                    continue
+                others = [i for i in range(len(zones)) if i != z]
+                region = [i for i in others if _region(zones[i][0]) == _region(name)]
+                for k, ids in enumerate(([z], region, others, [z, *others])):
+                    guess = _rate(cum, ids, lo, t)
+                    if not math.isnan(guess):
+                        errs[k].append(abs(math.log(guess / actual)))
+            cells = [f"{np.median(e):.2f} ({len(e)})" if e else "–" for e in errs]
+            print(f"{name[:22]:<22} {cells[0]:>10}  {cells[1]:>18}  {cells[2]:>14}  {cells[3]:>15}")
+        corr = np.corrcoef(np.array([a for _, a in zones], dtype=float))
+        print("availability correlation between zones:")
+        for (name, _), row in zip(zones, corr, strict=True):
+            print(f"{name[:22]:<22} {' '.join(f'{x:+.2f}' for x in row)}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=Path("tests/data/spot-traces"))
     ap.add_argument("--block-hours", type=float, default=3.0)
+    ap.add_argument("--window-hours", type=float, default=60.0)
     args = ap.parse_args(argv)
     blocks = round(24 / args.block_hours)
     print(
@@ -79,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{name[:22]:<22} {' '.join(f'{x:.2f}' for x in share)} | "
             f"{' '.join(f'{x:.2f}' for x in rate)}"
         )
+    siblings(suite_traces(args.traces), args.window_hours)
 
 
 if __name__ == "__main__":
