@@ -15,6 +15,7 @@ from budgeteer.core import Policy, plan_cycle
 from budgeteer.core.reserve import DEPENDENT_STARTUP_HOURS, downstream_hours
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Offering
+from budgeteer.serialize import plan_to_dict
 from budgeteer.sim.run import Arrival, simulate
 from builders import EGRESS, NOW, THROUGHPUT, make_job, make_offering, make_snapshot
 
@@ -109,26 +110,68 @@ H100 = make_offering("h100", accelerator="H100", price=30.0)
 
 
 @pytest.mark.parametrize(
-    ("after", "deadline", "placed", "waived"),
+    ("after", "deadline", "only", "placed", "reserve", "why"),
     [
-        # train (4 ref-h): T4 16 h for $8, A100 4 h for $16. Keeping validate's reserve (0.5
-        # ref-h + start-up) needs the A100: $8 more. Without it validate has 0.3 h, the H100
-        # ($5 for 10 min) instead of the A100's $2: the reserve would save it $3 — not kept.
-        (0.5, 16.3, "t4", "would cost $8.00 more and save them $3.00"),
-        # validate of 2 ref-h: without the reserve it has 1 h, the H100 for $20 instead of the
-        # A100's $8: the reserve saves $12 for $8 — kept
-        (2.0, 17.0, "a100", None),
-        # 0.5 ref-h with 0.1 h left after the T4: no plan finishes in time — kept
-        (0.5, 16.1, "a100", None),
+        # train (4 ref-h): T4 16 h for $8, A100 4 h for $16. Any reserve for validate (0.5
+        # ref-h) needs the A100: $8 more; the best, 2 h, lets validate take the T4 ($1) where
+        # without one it has 0.3 h, the H100 ($5 for 10 min): it would save $4 — waived
+        (
+            0.5,
+            16.3,
+            (),
+            "t4",
+            0.0,
+            "planned to its deadline: finishing 2.0 h before it for the jobs waiting on it "
+            "would cost $8.00 more and save them $4.00",
+        ),
+        # 18.7 h: the T4 meets the reserve; 2 h for validate (not 0.6) lets it take the T4 ($1,
+        # not the A100's $2) and train still the T4 — lengthened
+        (
+            0.5,
+            18.7,
+            (),
+            "t4",
+            2.0,
+            "not 0.6 h: their cheapest plans need that long, which saves them $1.00 for $0.00 more",
+        ),
+        # 17.5 h: the same 2 h would put train on the A100 ($8 more) to save validate $1 — kept
+        (0.5, 17.5, (), "t4", 0.5 + START, None),
+        # validate of 2 ref-h by 17 h: the reserve (2.1 h) needs the A100 for train, and so does
+        # 8 h, which lets validate take the T4 ($4, not the A100's $8) — lengthened, not waived
+        (
+            2.0,
+            17.0,
+            (),
+            "a100",
+            8.0,
+            "not 2.1 h: their cheapest plans need that long, which saves them $4.00 for $0.00 more",
+        ),
+        # a validate that runs on T4s only (2 h) cannot finish in the 0.6 h the reserve counts
+        # at reference speed: 2 h, at no cost to train (the A100 either way)
+        (
+            0.5,
+            16.1,
+            ("T4",),
+            "a100",
+            2.0,
+            "not 0.6 h: their cheapest plans need that long, "
+            "which lets them finish at all (not in 0.6 h) for $0.00 more",
+        ),
     ],
 )
-def test_a_reserve_is_kept_only_when_it_saves_the_dependents_more_than_it_costs(
-    after: float, deadline: float, placed: str, waived: str | None
+def test_a_reserve_is_priced_waived_kept_or_lengthened(
+    after: float,
+    deadline: float,
+    only: tuple[str, ...],
+    placed: str,
+    reserve: float,
+    why: str | None,
 ) -> None:
     up = make_job("train", hours=4, deadline_hours=deadline)
     down = make_job(
         "validate",
         hours=after,
+        accelerators=only,
         deadline_hours=deadline,
         seq=1,
         state=W,
@@ -136,15 +179,11 @@ def test_a_reserve_is_kept_only_when_it_saves_the_dependents_more_than_it_costs(
     )
     [admission] = plan_cycle(make_snapshot([up, down], [T4, A100, H100])).admissions
     assert admission.placement.offering_id == placed
-    if waived is None:
-        assert admission.reserve_hours == pytest.approx(after + START)
-        assert admission.reserve_waived is None
-    else:
-        assert admission.reserve_hours == 0.0
-        assert admission.reserve_waived is not None
-        assert admission.reserve_waived.startswith("planned to its deadline")
-        assert waived in admission.reserve_waived
+    assert admission.reserve_hours == pytest.approx(reserve)
+    assert admission.reserve_why == why
     assert admission.late is None
+    if reserve:  # the plan finishes by the reserve
+        assert admission.placement.finish <= NOW + timedelta(hours=deadline - reserve)
 
 
 def test_the_queue_orders_an_upstream_step_by_the_slack_its_reserve_leaves() -> None:
@@ -175,9 +214,10 @@ def _two_steps(up: tuple[str, float], down: tuple[str, float], deadline: float) 
 
 def _through_the_loop(
     steps: list[Job], offerings: list[Offering], policy: Policy | None = None
-) -> tuple[dict[str, bool], dict[str, list[str]]]:
+) -> tuple[dict[str, bool], dict[str, list[str]], dict[str, list[float | None]]]:
     """The scheduler's own loop on simulated time (no spot in the market), every step
-    succeeding: whether each met its deadline, and each one's event causes."""
+    succeeding: whether each met its deadline, each one's event causes, and the reserve each
+    of its attempts recorded."""
     catalog = Catalog(tuple(offerings), dict(THROUGHPUT), EGRESS, "test")
     market = TraceMarket(np.array([False] * 200), 600, LOOP_START, source="trace")
     shift = LOOP_START - NOW
@@ -192,26 +232,28 @@ def _through_the_loop(
     store = simulate(arrivals, catalog, market, start=LOOP_START, end=end, policy=policy).store
     met: dict[str, bool] = {}
     causes: dict[str, list[str]] = {}
+    reserves: dict[str, list[float | None]] = {}
     for step in steps:
         job = store.job(step.id)
         assert job.state is JobState.SUCCEEDED
         assert job.deadline is not None
         met[job.id] = store.events(job.id)[-1].at <= job.deadline
         causes[job.id] = [e.cause for e in store.events(job.id)]
-    return met, causes
+        reserves[job.id] = [a.reserve_hours for a in store.attempts(job.id)]
+    return met, causes, reserves
 
 
 def test_through_the_loop_a_pipeline_meets_its_deadline_and_the_launch_says_why() -> None:
     # features (1 ref-h) → train (6 ref-h), one deadline 9.5 h away
     steps = _two_steps(("features", 1), ("train", 6), 9.5)
-    met, causes = _through_the_loop(steps, [T4, A100], Policy())
+    met, causes, _ = _through_the_loop(steps, [T4, A100], Policy())
     assert met == {"features": True, "train": True}
     assert any(
         "placed on 1×a100.type" in c and "6.1 h before its deadline for the jobs waiting on it" in c
         for c in causes["features"]
     )
     # planned to the shared deadline alone, features takes the T4's 4 h and train is late
-    met, causes = _through_the_loop(steps, [T4, A100], Policy(pipeline_reserve=False))
+    met, causes, _ = _through_the_loop(steps, [T4, A100], Policy(pipeline_reserve=False))
     assert met == {"features": True, "train": False}
     assert any("placed on 1×t4.type" in c for c in causes["features"])
 
@@ -220,12 +262,42 @@ def test_through_the_loop_a_reserve_that_does_not_pay_is_waived_and_the_launch_s
     # train (4 ref-h) → validate (0.5 ref-h), due 16.3 h away: the T4 for train ($8, 16 h) and
     # the H100 for validate in the 0.3 h left ($5), not the A100 for train ($16)
     steps = _two_steps(("train", 4), ("validate", 0.5), 16.3)
-    met, causes = _through_the_loop(steps, [T4, A100, H100])
+    met, causes, reserves = _through_the_loop(steps, [T4, A100, H100])
     assert met == {"train": True, "validate": True}
+    assert reserves["train"] == [0.0]  # what the spot decider plans it to: its own deadline
     assert any(
         "placed on 1×t4.type" in c
-        and "planned to its deadline: finishing 0.6 h before it" in c
-        and "would cost $8.00 more and save them $3.00" in c
+        and "planned to its deadline: finishing 2.0 h before it" in c
+        and "would cost $8.00 more and save them $4.00" in c
         for c in causes["train"]
     )
     assert any("placed on 1×h100.type" in c for c in causes["validate"])
+
+
+def test_through_the_loop_a_reserve_is_lengthened_for_a_dependents_cheaper_plan() -> None:
+    # train (4 ref-h) → validate (2 ref-h), due 17 h away. The reserve counts validate at
+    # reference speed (2.1 h): the A100's 2 h for $8. 8 h lets it take the T4 ($4), and train
+    # needs the A100 ($16) either way — so train is planned to finish 8 h early
+    steps = _two_steps(("train", 4), ("validate", 2), 17)
+    met, causes, reserves = _through_the_loop(steps, [T4, A100, H100])
+    assert met == {"train": True, "validate": True}
+    assert any(
+        "placed on 1×a100.type" in c
+        and "8.0 h before its deadline for the jobs waiting on it, not 2.1 h: their cheapest "
+        "plans need that long, which saves them $4.00 for $0.00 more"
+        in c
+        for c in causes["train"]
+    )
+    assert any("placed on 1×t4.type" in c for c in causes["validate"])
+    assert reserves == {"train": [pytest.approx(8.0)], "validate": [0.0]}
+
+
+def test_the_plan_as_data_carries_the_reserve_and_why() -> None:
+    """``budgeteer plan --json`` and the API's ``explain`` show the reserve as numbers."""
+    up = make_job("train", hours=4, deadline_hours=17)
+    down = make_job(
+        "validate", hours=2, deadline_hours=17, seq=1, state=W, depends_on=(("train", "success"),)
+    )
+    [doc] = plan_to_dict(plan_cycle(make_snapshot([up, down], [T4, A100, H100])))["admissions"]
+    assert doc["pipeline_reserve_hours"] == pytest.approx(8.0)
+    assert doc["pipeline_reserve_why"].startswith("not 2.1 h: their cheapest plans need that long")

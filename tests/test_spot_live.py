@@ -252,6 +252,31 @@ def test_a_spot_job_stays_while_its_slack_covers_a_preemption_and_bridges_when_s
     assert "spot $4.00/h" in move.cause
 
 
+def test_a_running_attempt_is_planned_to_the_reserve_its_plan_kept() -> None:
+    """The decider's due is the deadline less the reserve recorded on the attempt (lengthened
+    or waived by the planner), and the dependency graph's only for an attempt without one."""
+    job = make_job(deadline_hours=12.0, restart_seconds=300)
+    od = _attempt("od", "on_demand")
+
+    def move(reserve: float | None, graph: float) -> AttemptOutcome | None:
+        live, book, o = _world()
+        book.observe(o["spot"], True, NOW - timedelta(hours=2))  # type: ignore[arg-type]
+        live.downstream = {job.id: graph}
+        attempt = dataclasses.replace(od, reserve_hours=reserve)
+        decided = live.move(job, attempt, _trend(4.0), list, NOW)
+        return decided.outcome if decided is not None else None
+
+    # 4 h of work on on-demand, 12 h to the deadline, spot up: back to spot
+    assert move(None, 0.0) is AttemptOutcome.TO_SPOT
+    # a plan that kept 7.5 h for the jobs waiting on it leaves 0.5 h of slack: less than two
+    # changeovers, so no move to spot (the safety net)
+    assert move(7.5, 0.0) is None
+    # recorded without one: the graph's reserve
+    assert move(None, 7.5) is None
+    # the plan waived the graph's reserve: planned to its own deadline
+    assert move(0.0, 7.5) is AttemptOutcome.TO_SPOT
+
+
 def test_a_bridged_job_is_planned_without_spot_once_and_a_returned_one_with_it() -> None:
     job = make_job(state=JobState.QUEUED)
     bridged = dataclasses.replace(

@@ -411,6 +411,37 @@ def test_attempts_remember_the_cost_their_plan_expected(store: Store) -> None:
     assert attempt.expected_cost_usd == Decimal("12.345678")
 
 
+def test_attempts_remember_the_reserve_their_plan_kept(store: Store) -> None:
+    """The hours before the deadline the plan that launched an attempt was to finish by (the
+    spot decider's due for it); an attempt recorded without one says so (``None``)."""
+    store.submit([make_job("a"), make_job("b")], at=NOW)
+    kept = store.start_attempt(
+        "a",
+        backend="sandbox",
+        offering_id="o",
+        market="spot",
+        instance_ids=[],
+        at=NOW,
+        reserve_hours=2.75,
+    )
+    waived = store.start_attempt(
+        "a",
+        backend="sandbox",
+        offering_id="o",
+        market="spot",
+        instance_ids=[],
+        at=NOW,
+        reserve_hours=0.0,
+    )
+    store.start_attempt(
+        "b", backend="sandbox", offering_id="o", market="spot", instance_ids=[], at=NOW
+    )
+    assert (kept.reserve_hours, waived.reserve_hours) == (2.75, 0.0)
+    store.end_attempt(kept.id, at=NOW, exit_reason="preempted", outcome=AttemptOutcome.PREEMPTED)
+    assert [a.reserve_hours for a in store.attempts("a")] == [2.75, 0.0]
+    assert store.attempts("b")[0].reserve_hours is None
+
+
 def test_an_attempt_records_its_instances_once_launched(store: Store) -> None:
     store.submit([make_job("a")], at=NOW)
     attempt = store.start_attempt(

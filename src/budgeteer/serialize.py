@@ -32,6 +32,8 @@ def _admission(a: Admission) -> dict[str, Any]:
         "expected_finish": p.finish.isoformat(timespec="seconds"),
         "budgets": list(a.budget_ids),
         "uses_reserve": a.uses_reserve,
+        "pipeline_reserve_hours": round(a.reserve_hours, 4),
+        "pipeline_reserve_why": a.reserve_why,
     }
 
 

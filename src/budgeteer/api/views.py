@@ -260,6 +260,8 @@ def _explain(ctx: ApiContext, job: Job) -> dict[str, Any]:
             },
             "budgets": list(admission.budget_ids),
             "uses_reserve": admission.uses_reserve,
+            "pipeline_reserve_hours": round(admission.reserve_hours, 4),
+            "pipeline_reserve_why": admission.reserve_why,
         }
     hold = plan.hold(job.id)
     if hold is not None:

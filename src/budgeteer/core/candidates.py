@@ -48,7 +48,7 @@ class Candidates:
     due: datetime | None = None  # the fresh deadline a late job is planned for
     expired: bool = False  # the deadline passed and the job asked to be cancelled then
     reserve_hours: float = 0.0  # planned to finish this long before its deadline (dependents)
-    reserve_waived: str | None = None  # planned to its deadline: why the reserve did not pay
+    reserve_why: str | None = None  # the reserve priced: why it was waived or lengthened
 
     @property
     def cheapest_usd(self) -> float:
@@ -99,9 +99,11 @@ def nominate(
 
     A job others wait on is planned to finish its *reserve* before its deadline (with
     ``Policy.pipeline_reserve``; :mod:`budgeteer.core.reserve`), so that a pipeline's later steps
-    keep their time; when no plan can finish by then, or when the reserve would cost the job
-    more than it saves the jobs waiting on it (priced both ways; ``reserve_waived`` says so),
-    to its own deadline (``reserve_hours`` says which).
+    keep their time: earlier than that when the jobs waiting on it need more time for their
+    cheapest plans and giving it to them costs the job less than it saves them; to its own
+    deadline when no plan can finish by then, or when the reserve would cost the job more than
+    it saves them (priced both ways). ``reserve_hours`` says how long before its deadline;
+    ``reserve_why`` why, when pricing moved it.
     """
     now = snapshot.now
     run_late = policy.run_late_jobs
@@ -143,10 +145,18 @@ def nominate(
     def price(some: Sequence[Job], dues: Mapping[str, datetime]) -> _Priced:
         return _nominate(snapshot, some, policy, dues, late, cache)
 
-    dropped = _not_worth_it(snapshot.now, snapshot.jobs, jobs, reserve, reserved, out, price)
+    # the reserve priced: longer when the dependents' cheapest plans need more time and it
+    # pays, then waived when what it saves them is less than it costs the job
+    longer = _longer_pays(now, snapshot.jobs, jobs, reserve, reserved, out, price)
+    for job_id, (hours, plan, quick, why) in longer.items():
+        deadline = plan.job.deadline
+        assert deadline is not None
+        due[job_id], reserved[job_id] = deadline - timedelta(hours=hours), hours
+        out[job_id], fastest[job_id] = replace(plan, reserve_why=why), quick
+    dropped = _not_worth_it(now, snapshot.jobs, jobs, reserve, reserved, out, price)
     for job_id, (plain, quick, why) in dropped.items():
         del due[job_id], reserved[job_id]
-        out[job_id], fastest[job_id] = replace(plain, reserve_waived=why), quick
+        out[job_id], fastest[job_id] = replace(plain, reserve_why=why), quick
     for job_id, hours in reserved.items():
         out[job_id] = replace(out[job_id], reserve_hours=hours)
     again: list[Job] = []
@@ -186,6 +196,16 @@ def _cheapest(c: Candidates) -> tuple[float, float]:
 
 #: candidates per job and each job's fastest finish (what :func:`_nominate` returns)
 _Priced = tuple[dict[str, Candidates], dict[str, float]]
+#: candidates for some jobs planned to the given deadlines (the others to their own)
+_Price = Callable[[Sequence[Job], Mapping[str, datetime]], _Priced]
+
+
+def _within(now: datetime, price: _Price, job: Job, hours: float) -> float:
+    """The cost of ``job``'s cheapest plan that finishes within ``hours`` of ``now`` (``inf``
+    when none does, or ``hours`` is not positive)."""
+    if hours <= 0.0:
+        return math.inf
+    return price([job], {job.id: now + timedelta(hours=hours)})[0][job.id].cheapest_usd
 
 
 def _not_worth_it(
@@ -195,7 +215,7 @@ def _not_worth_it(
     reserve: Mapping[str, float],
     reserved: Mapping[str, float],
     out: Mapping[str, Candidates],
-    price: Callable[[Sequence[Job], Mapping[str, datetime]], _Priced],
+    price: _Price,
 ) -> dict[str, tuple[Candidates, float, str]]:
     """The reserved jobs whose reserve costs them more than it saves the jobs waiting on them,
     each with its candidates and fastest finish without the reserve, and why.
@@ -206,8 +226,7 @@ def _not_worth_it(
     dependents' reserve) and for the time the reserve keeps for it; the differences, summed,
     are what the reserve saves them (``inf`` when one of them could not finish at all). The
     reserve is dropped when it costs the job more than that. ``world``: every job (the
-    dependents among them); ``price``: candidates for some jobs planned to the given deadlines
-    (the others to their own)."""
+    dependents among them); ``price``: see :data:`_Price`."""
     held = [j for j in jobs if j.id in reserved and j.deadline is not None]
     if not held:
         return {}
@@ -229,9 +248,8 @@ def _not_worth_it(
             if squeezed <= 0.0:
                 saved = math.inf
                 break
-            tight = price([d], {d.id: now + timedelta(hours=squeezed)})[0][d.id].cheapest_usd
-            window = {d.id: now + timedelta(hours=max(kept, squeezed))}
-            loose = price([d], window)[0][d.id].cheapest_usd
+            tight = _within(now, price, d, squeezed)
+            loose = _within(now, price, d, max(kept, squeezed))
             if math.isfinite(tight):
                 saved += tight - loose
             elif math.isfinite(loose):
@@ -244,6 +262,79 @@ def _not_worth_it(
             )
             dropped[job.id] = (plain[job.id], quickest[job.id], why)
     return dropped
+
+
+def _longer_pays(
+    now: datetime,
+    world: Sequence[Job],
+    jobs: Sequence[Job],
+    reserve: Mapping[str, float],
+    reserved: Mapping[str, float],
+    out: Mapping[str, Candidates],
+    price: _Price,
+) -> dict[str, tuple[float, Candidates, float, str]]:
+    """The reserved jobs that should finish earlier than their reserve, because the jobs
+    waiting on them need more time for their cheapest plans than it keeps and giving it costs
+    less than it saves them; each with the longer reserve, its candidates and fastest finish
+    then, and why.
+
+    The reserve counts each dependent at reference speed on its minimum workers; its cheapest
+    plans may be slower (a cheaper GPU, fewer of them), and squeezed into the reserve it pays
+    for a fast one. So each direct dependent's cheapest plans with all the time up to the
+    job's deadline (less the dependent's own reserve) are read, and each that is cheaper than
+    what the reserve leaves it proposes a reserve long enough for it (its finish plus the
+    dependent's own reserve). Each proposal is priced whole: the job's cheapest plan finishing
+    that long before its deadline, plus each direct dependent's cheapest plan within the time
+    the proposal keeps for it. The cheapest total wins when it is below keeping the reserve
+    (the shorter of equals)."""
+    after = successors(world)
+    found: dict[str, tuple[float, Candidates, float, str]] = {}
+    for job in jobs:
+        deps = after.get(job.id, ())
+        if job.id not in reserved or job.deadline is None or not deps:
+            continue
+        deadline, kept = job.deadline, reserved[job.id]
+        left = (deadline - now).total_seconds() / 3600.0
+
+        def dependents_usd(hours: float, deps: Sequence[Job] = deps) -> float:
+            """The direct dependents' cheapest plans, the job finishing ``hours`` early."""
+            return sum(_within(now, price, d, hours - reserve.get(d.id, 0.0)) for d in deps)
+
+        lengths: set[float] = set()
+        for d in deps:
+            later = reserve.get(d.id, 0.0)
+            squeezed = _within(now, price, d, kept - later)
+            roomy = price([d], {d.id: now + timedelta(hours=left - later)})[0][d.id]
+            for front in (roomy.full, roomy.incremental):
+                if front is None:
+                    continue
+                for usd, hours in zip(front.cost_usd, front.finish_hours, strict=True):
+                    if float(usd) < squeezed - _SAME_USD and float(hours) + later > kept:
+                        lengths.add(float(hours) + later)
+        if not lengths:
+            continue
+        own, theirs = out[job.id].cheapest_usd, dependents_usd(kept)
+        best: tuple[float, float, Candidates, float, float] | None = None
+        for hours in sorted(lengths):
+            if hours >= left:
+                break
+            plans, quickest = price([job], {job.id: deadline - timedelta(hours=hours)})
+            usd = plans[job.id].cheapest_usd
+            total = usd + dependents_usd(hours)
+            if math.isfinite(total) and total < (best[0] if best else own + theirs) - _SAME_USD:
+                best = (total, hours, plans[job.id], quickest[job.id], usd)
+        if best is not None:
+            total, hours, plan, quick, usd = best
+            if math.isfinite(theirs):
+                gain = f"saves them ${theirs - (total - usd):,.2f}"
+            else:
+                gain = f"lets them finish at all (not in {kept:.1f} h)"
+            why = (
+                f"not {kept:.1f} h: their cheapest plans need that long, which {gain} for "
+                f"${usd - own:,.2f} more"
+            )
+            found[job.id] = (hours, plan, quick, why)
+    return found
 
 
 def _nominate(

@@ -142,7 +142,7 @@ def _admissions(
                 candidates[a.job.id].late,
                 candidates[a.job.id].due,
                 candidates[a.job.id].reserve_hours,
-                candidates[a.job.id].reserve_waived,
+                candidates[a.job.id].reserve_why,
             )
         )
     return admissions, holds

@@ -62,7 +62,7 @@ class Admission:
     late: str | None = None  # planned late (its deadline can no longer be met): why, until when
     due: datetime | None = None  # the fresh deadline a late job is planned for
     reserve_hours: float = 0.0  # planned to finish this long before its deadline (dependents)
-    reserve_waived: str | None = None  # planned to its deadline: why the reserve did not pay
+    reserve_why: str | None = None  # the reserve priced: why it was waived or lengthened
 
 
 class HoldReason(StrEnum):

@@ -5,12 +5,13 @@ the pipeline is). Planned to that deadline alone, an upstream step may take the 
 plan that still finishes in time — and leave its dependents no time but for the fastest, dearest
 plans, or none at all. So the planner (:func:`~budgeteer.core.candidates.nominate`) plans a job
 with dependents to its deadline less its *reserve* — the longest chain of work after it — when a
-plan can meet that and the reserve pays (it costs the job less than it saves its dependents,
-each priced for the time it keeps and the time it would have without), and to its own deadline
-otherwise; the spot decider always plans to the deadline less the reserve
-(:mod:`budgeteer.scheduler.spot_live`). It is the latest-finish time of a backward pass over the
-DAG (critical-path scheduling), with each dependent at its minimum workers on reference-speed
-GPUs plus a start-up: the time it needs on an ordinary plan, not on the fastest one.
+plan can meet that. It is the latest-finish time of a backward pass over the DAG (critical-path
+scheduling), with each dependent at its minimum workers on reference-speed GPUs plus a
+start-up: the time it needs on an ordinary plan, not on the fastest one. The planner then
+prices it: longer when the dependents' cheapest plans need more time and giving it pays, waived
+(the job's own deadline) when it costs the job more than it saves them. The attempt records the
+reserve its plan kept, and the spot decider plans the attempt to it
+(:mod:`budgeteer.scheduler.spot_live`; this module's reserve for an attempt without one).
 
 Only dependents that run when the job succeeds count (``success`` and ``any``): a job waiting on
 a failure (``failure``) runs instead of the success path, not after it.

@@ -145,7 +145,10 @@ class Scheduler:
         self._wake()
         # 3. snapshot
         snapshot = self.snapshots.build(self.parking.ids())
-        self.spot.downstream = downstream_hours(snapshot.jobs)  # for the next reconcile
+        # for the next reconcile: the reserve of attempts recorded without their plan's
+        self.spot.downstream = (
+            downstream_hours(snapshot.jobs) if self.policy.pipeline_reserve else {}
+        )
         # 4. plan
         plan = plan_isolated(snapshot, self.policy, self.cache)
         still = {j: e for j, e in self.quarantined.items() if j in snapshot.parked}
@@ -278,7 +281,7 @@ class Scheduler:
                 continue  # after a failed run
             job = self.store.job(admission.job_id)
             placement = admission.placement
-            bridge = self.spot.queued(job, placement, now)
+            bridge = self.spot.queued(job, placement, now, admission.reserve_hours)
             if bridge is not None:
                 # spot is down and the decider would not wait: planned without spot next cycle
                 self.store.add_spot_decision(bridge)
@@ -310,12 +313,14 @@ class Scheduler:
                         f"{admission.reserve_hours:.1f} h before its deadline for the jobs "
                         "waiting on it"
                     )
-                elif admission.reserve_waived:
-                    cause += f"; {admission.reserve_waived}"
+                    if admission.reserve_why:  # lengthened
+                        cause += f", {admission.reserve_why}"
+                elif admission.reserve_why:  # waived
+                    cause += f"; {admission.reserve_why}"
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)
-            if self.launcher.launch(job, placement, now) is not None:
+            if self.launcher.launch(job, placement, now, reserve_hours=admission.reserve_hours):
                 # launched: no longer queued (a refused launch keeps the queued epoch, and a
                 # job the decider sent to on-demand stays without spot until it launches)
                 self.spot.launched(job.id)

@@ -116,9 +116,12 @@ class Launcher:
             )
         )
 
-    def launch(self, job: Job, placement: Placement, now: datetime) -> Live | None:
-        """Record an attempt and launch it; the live attempt, or ``None`` when it did not
-        start (the job moved back to the queue, or failed)."""
+    def launch(
+        self, job: Job, placement: Placement, now: datetime, *, reserve_hours: float
+    ) -> Live | None:
+        """Record an attempt and launch it (planned to finish ``reserve_hours`` before the
+        job's deadline, for the jobs waiting on it); the live attempt, or ``None`` when it did
+        not start (the job moved back to the queue, or failed)."""
         offering = self.offerings[placement.offering_id]
         attempt = self.store.start_attempt(
             job.id,
@@ -132,6 +135,7 @@ class Launcher:
             ),
             instances=placement.instances,
             workers=placement.workers,
+            reserve_hours=reserve_hours,
         )
         try:
             handle = self.backend.launch(self.request(job, attempt))

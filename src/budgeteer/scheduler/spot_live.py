@@ -7,9 +7,11 @@ What it reads, per attempt:
 - the job's **remaining work** in hours on this placement: its ETA from the progress reports
   (no ETA yet → no decision); spot and on-demand *siblings* (same provider, region and instance
   type, so the same speed) are the alternatives;
-- its **deadline**, less the time the jobs waiting on it need after it
-  (:func:`~budgeteer.core.reserve.downstream_hours`, the planner's own reserve: a
-  pipeline's validate and package steps keep their time);
+- its **deadline**, less the time the jobs waiting on it need after it: the reserve the plan
+  that launched the attempt kept (``Attempt.reserve_hours``; for a queued job, its admission's
+  — waived or lengthened when the planner priced it, :mod:`budgeteer.core.candidates`), or,
+  for an attempt recorded without one, :func:`~budgeteer.core.reserve.downstream_hours`: a
+  pipeline's validate and package steps keep their time;
 - the **changeover** d: the spot offering's start-up, the job's restart overhead and half its
   checkpoint interval (a preemption's cost; the MDP plans with one changeover, the dearer);
 - the **market**: the spot offering's history in the :class:`~budgeteer.scheduler.markets.
@@ -212,7 +214,8 @@ class LiveSpot:
         self.price = price
         self.memo = TableMemo(size=512)
         self._epochs: dict[tuple[str, int | str], _Epoch] = {}
-        #: hours the jobs waiting on a job need after it (set by the scheduler each cycle)
+        #: hours the jobs waiting on a job need after it (set by the scheduler each cycle): the
+        #: reserve of an attempt recorded without the one its plan kept
         self.downstream: Mapping[str, float] = {}
         groups: dict[tuple[str, str, str], list[Offering]] = {}
         for o in offerings.values():
@@ -247,7 +250,10 @@ class LiveSpot:
             return None
         offering = self.offerings.get(attempt.offering_id)
         eta = trend.eta()
-        due = job.deadline - timedelta(hours=self.downstream.get(job.id, 0.0))
+        reserve = attempt.reserve_hours
+        if reserve is None:
+            reserve = self.downstream.get(job.id, 0.0)
+        due = job.deadline - timedelta(hours=reserve)
         if offering is None or eta is None or eta <= now or due <= now:
             return None
         group = self._groups.get(_group_key(offering))
@@ -296,9 +302,12 @@ class LiveSpot:
         record = _record(job.id, attempt.id, now, outcome.value, spot.id, decision)
         return Move(outcome, cause, record)
 
-    def queued(self, job: Job, placement: Placement, now: datetime) -> SpotDecisionRecord | None:
-        """For a job the plan puts on a spot offering that is down: the decider's answer when it
-        is to take on-demand now (``None``: wait, as the plan does, or nothing to decide)."""
+    def queued(
+        self, job: Job, placement: Placement, now: datetime, reserve_hours: float
+    ) -> SpotDecisionRecord | None:
+        """For a job the plan puts on a spot offering that is down, to finish ``reserve_hours``
+        before its deadline: the decider's answer when it is to take on-demand now (``None``:
+        wait, as the plan does, or nothing to decide)."""
         policy = self.policy
         if not policy.live_spot or placement.market is not Market.SPOT or not job.deadline:
             return None
@@ -307,7 +316,7 @@ class LiveSpot:
         market = self.book.history(placement.offering_id)
         if spot is None or group is None or group.on_demand is None or market.up is not False:
             return None
-        due = job.deadline - timedelta(hours=self.downstream.get(job.id, 0.0))
+        due = job.deadline - timedelta(hours=reserve_hours)
         if due <= now:
             return None
         owner = ("queued", job.id)

@@ -139,6 +139,9 @@ class Attempt:
     instances: int = 1
     workers: int = 1
     outcome: AttemptOutcome | None = None  # how it ended, as a value (None while open)
+    #: how long before the job's deadline its plan was to finish, for the jobs waiting on it
+    #: (``None``: recorded before the store kept it)
+    reserve_hours: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,9 +286,11 @@ class Store(Protocol):
         expected_cost_usd: Decimal = Decimal(0),
         instances: int = 1,
         workers: int = 1,
+        reserve_hours: float | None = None,
     ) -> Attempt:
         """Record a new attempt (numbered from 1 per job) on ``instances`` instances running
-        ``workers`` workers, with the cost its plan expects."""
+        ``workers`` workers, with the cost its plan expects and the reserve it kept for the jobs
+        waiting on it (hours before the job's deadline)."""
         ...
 
     def record_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> Attempt:

@@ -186,6 +186,7 @@ class MemoryStore(MemoryRecords):
         expected_cost_usd: Decimal = Decimal(0),
         instances: int = 1,
         workers: int = 1,
+        reserve_hours: float | None = None,
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._lock:
@@ -204,6 +205,7 @@ class MemoryStore(MemoryRecords):
                 expected_cost_usd=expected_cost_usd,
                 instances=instances,
                 workers=workers,
+                reserve_hours=reserve_hours,
             )
             self._attempts.append(attempt)
             self._attempts_of.setdefault(job_id, []).append(attempt.id)

@@ -113,6 +113,7 @@ attempts = sa.Table(
     sa.Column("instances", sa.Integer, nullable=False, server_default="1"),
     sa.Column("workers", sa.Integer, nullable=False, server_default="1"),
     sa.Column("outcome", sa.String(32)),
+    sa.Column("reserve_hours", sa.Float),  # kept for the jobs waiting on it (None: not recorded)
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
 )
 

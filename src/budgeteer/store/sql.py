@@ -291,6 +291,7 @@ class SqlStore(ServiceTables, PoolChargeTables):
         expected_cost_usd: Decimal = Decimal(0),
         instances: int = 1,
         workers: int = 1,
+        reserve_hours: float | None = None,
     ) -> Attempt:
         """See :class:`~budgeteer.store.base.Store`."""
         with self._tx() as conn:
@@ -317,6 +318,7 @@ class SqlStore(ServiceTables, PoolChargeTables):
                     expected_cost_usd=expected_cost_usd,
                     instances=instances,
                     workers=workers,
+                    reserve_hours=reserve_hours,
                 )
                 .returning(t.attempts.c.id)
             ).scalar_one()
@@ -332,6 +334,7 @@ class SqlStore(ServiceTables, PoolChargeTables):
             expected_cost_usd=expected_cost_usd,
             instances=instances,
             workers=workers,
+            reserve_hours=reserve_hours,
         )
 
     def record_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> Attempt:

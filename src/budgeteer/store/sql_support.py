@@ -130,6 +130,7 @@ def attempt_row(row: Any) -> Attempt:
         row.instances,
         row.workers,
         AttemptOutcome(row.outcome) if row.outcome else None,
+        row.reserve_hours,
     )
 
 
