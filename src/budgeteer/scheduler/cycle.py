@@ -320,7 +320,8 @@ class Scheduler:
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
                 self.store.transition(job.id, state, at=now, cause=cause)
-            if self.launcher.launch(job, placement, now, reserve_hours=admission.reserve_hours):
+            live = self.launcher.launch(job, placement, now, reserve_hours=admission.reserve_hours)
+            if live is not None:
                 # launched: no longer queued (a refused launch keeps the queued epoch, and a
                 # job the decider sent to on-demand stays without spot until it launches)
                 self.spot.launched(job.id)
