@@ -19,6 +19,7 @@ from budgeteer.domain.tier import Tier
 from budgeteer.store import (
     AlreadyExists,
     ApiToken,
+    Attempt,
     IdempotencyConflict,
     JobFilter,
     LedgerEntry,
@@ -415,27 +416,19 @@ def test_attempts_remember_the_reserve_their_plan_kept(store: Store) -> None:
     """The hours before the deadline the plan that launched an attempt was to finish by (the
     spot decider's due for it); an attempt recorded without one says so (``None``)."""
     store.submit([make_job("a"), make_job("b")], at=NOW)
-    kept = store.start_attempt(
-        "a",
-        backend="sandbox",
-        offering_id="o",
-        market="spot",
-        instance_ids=[],
-        at=NOW,
-        reserve_hours=2.75,
-    )
-    waived = store.start_attempt(
-        "a",
-        backend="sandbox",
-        offering_id="o",
-        market="spot",
-        instance_ids=[],
-        at=NOW,
-        reserve_hours=0.0,
-    )
-    store.start_attempt(
-        "b", backend="sandbox", offering_id="o", market="spot", instance_ids=[], at=NOW
-    )
+
+    def start(job_id: str, reserve: float | None) -> Attempt:
+        return store.start_attempt(
+            job_id,
+            backend="sandbox",
+            offering_id="o",
+            market="spot",
+            instance_ids=[],
+            at=NOW,
+            reserve_hours=reserve,
+        )
+
+    kept, waived, _ = start("a", 2.75), start("a", 0.0), start("b", None)
     assert (kept.reserve_hours, waived.reserve_hours) == (2.75, 0.0)
     store.end_attempt(kept.id, at=NOW, exit_reason="preempted", outcome=AttemptOutcome.PREEMPTED)
     assert [a.reserve_hours for a in store.attempts("a")] == [2.75, 0.0]

@@ -147,14 +147,13 @@ def nominate(
 
     # the reserve priced: longer when the dependents' cheapest plans need more time and it
     # pays, then waived when what it saves them is less than it costs the job
-    longer = _longer_pays(now, snapshot.jobs, jobs, reserve, reserved, out, price)
-    for job_id, (hours, plan, quick, why) in longer.items():
+    pricing = _Pricing(now, successors(snapshot.jobs) if reserved else {}, reserve, price)
+    for job_id, (hours, plan, quick, why) in _longer_pays(pricing, jobs, reserved, out).items():
         deadline = plan.job.deadline
         assert deadline is not None
         due[job_id], reserved[job_id] = deadline - timedelta(hours=hours), hours
         out[job_id], fastest[job_id] = replace(plan, reserve_why=why), quick
-    dropped = _not_worth_it(now, snapshot.jobs, jobs, reserve, reserved, out, price)
-    for job_id, (plain, quick, why) in dropped.items():
+    for job_id, (plain, quick, why) in _not_worth_it(pricing, jobs, reserved, out).items():
         del due[job_id], reserved[job_id]
         out[job_id], fastest[job_id] = replace(plain, reserve_why=why), quick
     for job_id, hours in reserved.items():
@@ -200,22 +199,31 @@ _Priced = tuple[dict[str, Candidates], dict[str, float]]
 _Price = Callable[[Sequence[Job], Mapping[str, datetime]], _Priced]
 
 
-def _within(now: datetime, price: _Price, job: Job, hours: float) -> float:
-    """The cost of ``job``'s cheapest plan that finishes within ``hours`` of ``now`` (``inf``
-    when none does, or ``hours`` is not positive)."""
-    if hours <= 0.0:
-        return math.inf
-    return price([job], {job.id: now + timedelta(hours=hours)})[0][job.id].cheapest_usd
+@dataclass(frozen=True, slots=True)
+class _Pricing:
+    """What pricing a reserve reads: the time, the jobs waiting on each job (on its success),
+    the dependency graph's reserves, and ``price`` — candidates for some jobs planned to the
+    given deadlines (the others to their own)."""
+
+    now: datetime
+    after: Mapping[str, list[Job]]
+    reserve: Mapping[str, float]
+    price: _Price
+
+    def within(self, job: Job, hours: float) -> float:
+        """The cost of ``job``'s cheapest plan that finishes within ``hours`` (``inf`` when
+        none does, or ``hours`` is not positive)."""
+        if hours <= 0.0:
+            return math.inf
+        due = {job.id: self.now + timedelta(hours=hours)}
+        return self.price([job], due)[0][job.id].cheapest_usd
 
 
 def _not_worth_it(
-    now: datetime,
-    world: Sequence[Job],
+    pricing: _Pricing,
     jobs: Sequence[Job],
-    reserve: Mapping[str, float],
     reserved: Mapping[str, float],
     out: Mapping[str, Candidates],
-    price: _Price,
 ) -> dict[str, tuple[Candidates, float, str]]:
     """The reserved jobs whose reserve costs them more than it saves the jobs waiting on them,
     each with its candidates and fastest finish without the reserve, and why.
@@ -225,13 +233,12 @@ def _not_worth_it(
     later: each is priced for the time left to it after the job's cheapest plan (less its own
     dependents' reserve) and for the time the reserve keeps for it; the differences, summed,
     are what the reserve saves them (``inf`` when one of them could not finish at all). The
-    reserve is dropped when it costs the job more than that. ``world``: every job (the
-    dependents among them); ``price``: see :data:`_Price`."""
+    reserve is dropped when it costs the job more than that."""
     held = [j for j in jobs if j.id in reserved and j.deadline is not None]
     if not held:
         return {}
-    plain, quickest = price(held, {})
-    after = successors(world)
+    now, reserve = pricing.now, pricing.reserve
+    plain, quickest = pricing.price(held, {})
     dropped: dict[str, tuple[Candidates, float, str]] = {}
     for job in held:
         assert job.deadline is not None
@@ -241,15 +248,15 @@ def _not_worth_it(
             continue  # the cheapest plan meets the reserve too (or nothing does)
         left = (job.deadline - now).total_seconds() / 3600.0 - finish
         saved = 0.0
-        for d in after.get(job.id, ()):
+        for d in pricing.after.get(job.id, ()):
             later = reserve.get(d.id, 0.0)
             kept = reserved[job.id] - later  # what the reserve keeps for d
             squeezed = left - later  # what d would have after the cheapest plan
             if squeezed <= 0.0:
                 saved = math.inf
                 break
-            tight = _within(now, price, d, squeezed)
-            loose = _within(now, price, d, max(kept, squeezed))
+            tight = pricing.within(d, squeezed)
+            loose = pricing.within(d, max(kept, squeezed))
             if math.isfinite(tight):
                 saved += tight - loose
             elif math.isfinite(loose):
@@ -265,13 +272,10 @@ def _not_worth_it(
 
 
 def _longer_pays(
-    now: datetime,
-    world: Sequence[Job],
+    pricing: _Pricing,
     jobs: Sequence[Job],
-    reserve: Mapping[str, float],
     reserved: Mapping[str, float],
     out: Mapping[str, Candidates],
-    price: _Price,
 ) -> dict[str, tuple[float, Candidates, float, str]]:
     """The reserved jobs that should finish earlier than their reserve, because the jobs
     waiting on them need more time for their cheapest plans than it keeps and giving it costs
@@ -287,10 +291,10 @@ def _longer_pays(
     that long before its deadline, plus each direct dependent's cheapest plan within the time
     the proposal keeps for it. The cheapest total wins when it is below keeping the reserve
     (the shorter of equals)."""
-    after = successors(world)
+    now, reserve, price = pricing.now, pricing.reserve, pricing.price
     found: dict[str, tuple[float, Candidates, float, str]] = {}
     for job in jobs:
-        deps = after.get(job.id, ())
+        deps = pricing.after.get(job.id, ())
         if job.id not in reserved or job.deadline is None or not deps:
             continue
         deadline, kept = job.deadline, reserved[job.id]
@@ -298,12 +302,12 @@ def _longer_pays(
 
         def dependents_usd(hours: float, deps: Sequence[Job] = deps) -> float:
             """The direct dependents' cheapest plans, the job finishing ``hours`` early."""
-            return sum(_within(now, price, d, hours - reserve.get(d.id, 0.0)) for d in deps)
+            return sum(pricing.within(d, hours - reserve.get(d.id, 0.0)) for d in deps)
 
         lengths: set[float] = set()
         for d in deps:
             later = reserve.get(d.id, 0.0)
-            squeezed = _within(now, price, d, kept - later)
+            squeezed = pricing.within(d, kept - later)
             roomy = price([d], {d.id: now + timedelta(hours=left - later)})[0][d.id]
             for front in (roomy.full, roomy.incremental):
                 if front is None:
