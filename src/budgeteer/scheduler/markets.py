@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from budgeteer.core.spot.estimate import Availability, MarketHistory
+from budgeteer.core.spot.estimate import Availability, F, MarketHistory
 from budgeteer.domain.offering import Market, Offering
 from budgeteer.store.base import Store
 
@@ -41,8 +41,9 @@ class MarketBook:
         self.spot = tuple(o for o in offerings.values() if o.market is Market.SPOT)
         self.feed = feed if isinstance(feed, AvailabilityFeed) else None
         self.histories: dict[str, MarketHistory] = {h.offering_id: h for h in store.markets()}
-        # the planner's outage chains, by offering, until its periods change
-        self._chains: dict[str, tuple[tuple[int, datetime, float], Availability]] = {}
+        # the planner's outage chains (and their expected outage lengths by state), by
+        # offering, until its periods change
+        self._chains: dict[str, tuple[tuple[int, datetime, float], Availability, F]] = {}
 
     def history(self, offering_id: str) -> MarketHistory:
         """What was seen of ``offering_id`` (empty when nothing was)."""
@@ -69,9 +70,11 @@ class MarketBook:
             key = (len(h.periods), h.since, step_hours)
             cached = self._chains.get(offering_id)
             if cached is None or cached[0] != key:
-                cached = (key, h.estimate(None, step_hours, BUCKET_CHANGEOVER_HOURS))
+                chain = h.estimate(None, step_hours, BUCKET_CHANGEOVER_HOURS)
+                cached = (key, chain, chain.outage_steps())
                 self._chains[offering_id] = cached
-            wait = cached[1].expected_outage_steps(h.age_hours(now) / step_hours) * step_hours
+            _, chain, steps = cached
+            wait = chain.expected_outage_steps(h.age_hours(now) / step_hours, steps) * step_hours
             out.append((offering_id, now + timedelta(hours=wait)))
         return tuple(sorted(out))
 

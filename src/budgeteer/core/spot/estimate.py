@@ -68,13 +68,18 @@ class Availability:
         b = sum(age_steps >= edge for edge in self.bucket_steps) - 1
         return (0 if up else len(self.bucket_steps)) + max(b, 0)
 
-    def expected_outage_steps(self, age_steps: float) -> float:
-        """The expected number of steps until spot is up again, for an outage ``age_steps``
-        old (the chain's mean time to leave its down states)."""
+    def outage_steps(self) -> F:
+        """The expected number of steps until spot is up again from each down state (the
+        chain's mean time to leave its down states)."""
         nb = len(self.bucket_steps)
         q = self.transition[nb:, nb:]
-        steps = np.linalg.solve(np.eye(nb) - q, np.ones(nb))
-        return float(steps[self.state_of(False, age_steps) - nb])
+        return np.asarray(np.linalg.solve(np.eye(nb) - q, np.ones(nb)), dtype=np.float64)
+
+    def expected_outage_steps(self, age_steps: float, steps: F | None = None) -> float:
+        """The expected number of steps until spot is up again, for an outage ``age_steps``
+        old; ``steps``: :meth:`outage_steps`, when the caller keeps it."""
+        by_state = self.outage_steps() if steps is None else steps
+        return float(by_state[self.state_of(False, age_steps) - len(self.bucket_steps)])
 
     def key(self) -> bytes:
         """A fingerprint of the chain (memo keys)."""
@@ -104,14 +109,20 @@ def estimate(
     nb = len(edges_steps)
     ends = np.zeros((2, nb))
     exposure = np.zeros((2, nb))
-    for p in periods:
-        steps = p.hours / step_hours
+    if periods:
+        steps = np.array([p.hours for p in periods]) / step_hours
+        up = np.array([p.up for p in periods])
+        complete = np.array([p.complete for p in periods])
         for b in range(nb):
             lo = edges_steps[b]
             hi = edges_steps[b + 1] if b + 1 < nb else math.inf
-            exposure[int(p.up), b] += max(0.0, min(steps, hi) - lo)
-            if p.complete and lo <= steps < hi:
-                ends[int(p.up), b] += 1
+            inside = np.maximum(0.0, np.minimum(steps, hi) - lo)
+            ended = complete & (lo <= steps) & (steps < hi)
+            for side, mask in ((1, up), (0, ~up)):
+                # summed in the periods' order (a cumulative sum, not numpy's pairwise sum):
+                # the same floats as adding them one by one
+                exposure[side, b] = np.cumsum(np.where(mask, inside, 0.0))[-1]
+                ends[side, b] = np.count_nonzero(ended & mask)
     prior_rate = np.array([PRIOR_UP_PER_HOUR, PRIOR_DOWN_PER_HOUR]) * step_hours  # per step
     prior_exposure = PRIOR_HOURS / step_hours / nb
     hazard = (ends + prior_rate[:, None] * prior_exposure) / (exposure + prior_exposure)
