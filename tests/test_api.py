@@ -267,6 +267,31 @@ def test_pipelines_keep_their_dag_and_reject_cycles(world: World) -> None:
     assert "features" in r.json()["detail"]
 
 
+def test_explain_shows_the_time_a_pipeline_step_keeps_for_the_steps_after_it(
+    world: World,
+) -> None:
+    g = world.auth(world.growth)
+    steps = ["features", "train", "validate", "package"]
+    specs = [
+        job_spec(name, sla="24h", depends_on=[{"job": steps[i - 1]}] if i else [])
+        for i, name in enumerate(steps)
+    ]
+    r = world.http.post("/v1/pipelines", json={"name": "churn", "jobs": specs}, headers=g)
+    assert r.status_code == 201, r.text
+    first = r.json()["jobs"]["features"]["id"]
+    why = world.http.get(f"/v1/jobs/{first}/explain", headers=g).json()
+    assert why["decision"] == "admit"
+    # the three steps after it at reference speed are 2 ref-h each plus a start-up: 6.3 h; on
+    # this catalog the next step's cheapest plan is slower than reference, so it keeps more
+    # and says why
+    assert why["pipeline_reserve_hours"] > 3 * (2 + 0.1)
+    assert why["pipeline_reserve_why"].startswith("not 6.3 h: their cheapest plans need that")
+    deadline = world.store.job(first).deadline
+    assert deadline is not None
+    kept = timedelta(hours=why["pipeline_reserve_hours"])
+    assert why["numbers"]["finish"] <= (deadline - kept).isoformat()
+
+
 def test_budgets_and_their_status(world: World) -> None:
     a, g = world.auth(ADMIN), world.auth(world.growth)
     spec = {"id": "growth-monthly", "scope": {"team": "growth"}, "limit_usd": 1000}
