@@ -304,10 +304,11 @@ def _longer_pays(
             """The direct dependents' cheapest plans, the job finishing ``hours`` early."""
             return sum(pricing.within(d, hours - reserve.get(d.id, 0.0)) for d in deps)
 
+        # each dependent's cheapest plan in what the reserve keeps for it (priced once)
+        now_usd = [pricing.within(d, kept - reserve.get(d.id, 0.0)) for d in deps]
         lengths: set[float] = set()
-        for d in deps:
+        for d, squeezed in zip(deps, now_usd, strict=True):
             later = reserve.get(d.id, 0.0)
-            squeezed = pricing.within(d, kept - later)
             roomy = price([d], {d.id: now + timedelta(hours=left - later)})[0][d.id]
             for front in (roomy.full, roomy.incremental):
                 if front is None:
@@ -317,7 +318,7 @@ def _longer_pays(
                         lengths.add(float(hours) + later)
         if not lengths:
             continue
-        own, theirs = out[job.id].cheapest_usd, dependents_usd(kept)
+        own, theirs = out[job.id].cheapest_usd, sum(now_usd)
         best: tuple[float, float, Candidates, float, float] | None = None
         for hours in sorted(lengths):
             if hours >= left:
