@@ -314,9 +314,9 @@ def test_a_restarted_scheduler_remembers_a_drought() -> None:
     assert len(world.backend.requests) == refused
 
 
-def _back_to_spot_world(policy: Policy) -> World:
+def _back_to_spot_world(policy: Policy, *others: Offering) -> World:
     """Spot dry for the first 2.5 h, then plentiful; on-demand of the same instance type at
-    ten times the price."""
+    ten times the price; ``others`` always up."""
     avail = np.ones(100_000, dtype=bool)
     avail[:150] = False  # 60 s ticks
     kernel = Kernel(T0)
@@ -327,9 +327,12 @@ def _back_to_spot_world(policy: Policy) -> World:
             instance_type="p3",
         ),
         dataclasses.replace(make_offering("od", price=10.0), instance_type="p3"),
+        *others,
     )
     catalog = Catalog(offerings, dict(THROUGHPUT), EGRESS, "test")
-    backend = RecordingBackend(kernel, TraceMarket(avail, 60, T0), store, catalog.throughput)
+    wet = TraceMarket(np.ones(100_000, dtype=bool), 60, T0)
+    market = ZonedMarket([("spot", TraceMarket(avail, 60, T0))], wet)
+    backend = RecordingBackend(kernel, market, store, catalog.throughput)
     world = World(kernel, store, backend, None, catalog)  # type: ignore[arg-type]
     world.sched = Scheduler(
         store,
@@ -390,3 +393,34 @@ def test_the_spot_decider_moves_an_on_demand_job_back_to_spot_when_spot_returns(
     assert market.offering_id == "spot"
     assert market.up is True
     assert any(not p.up and p.hours >= 2.0 for p in market.periods)
+
+
+def test_a_job_the_spot_decider_will_not_let_wait_takes_spot_elsewhere_before_on_demand() -> None:
+    """Spot ``spot`` (p3) is dry for 2.5 h; another instance type's spot (``spot-g``, twice the
+    price, a fifth of on-demand's) is up throughout. The job waits for the cheaper zone until
+    the decider judges the drought not worth waiting out; it is then planned without the dry
+    market, not without spot: it runs on ``spot-g``, not on on-demand, and the events say why.
+    (Catches: a decider's verdict about one market taking every spot market off the plan.)"""
+    spot_g = dataclasses.replace(
+        make_offering("spot-g", price=2.0, market=Market.SPOT, interruption_per_hour=0.01),
+        instance_type="g5",
+    )
+    world = _back_to_spot_world(Policy(), spot_g)
+    world.submit(make_job("j", hours=5.0, deadline_hours=8.0, checkpoint_seconds=600))
+    world.run(hours=9.0, every_seconds=60)
+    assert world.store.job("j").state is JobState.SUCCEEDED
+    took = [d for d in world.store.spot_decisions("j") if d.action == "take_on_demand"]
+    assert [d.offering_id for d in took] == ["spot"]  # the decider judged the dry zone
+    ran = [a for a in world.store.attempts("j") if a.outcome is not AttemptOutcome.CAPACITY]
+    assert ran[0].offering_id == "spot-g", [a.offering_id for a in ran]
+    assert ran[0].started_at >= took[0].at
+    assert ran[0].started_at < T0 + timedelta(hours=2.5)  # before the dry zone came back
+    assert all(a.offering_id != "od" for a in ran)
+    causes = [e.cause for e in world.store.events("j")]
+    assert any(
+        "take on-demand now" in c and "so on spot elsewhere (1 dry spot offering(s) left out)" in c
+        for c in causes
+    ), causes
+    last = world.store.attempts("j")[-1]
+    assert last.ended_at is not None
+    assert last.ended_at <= T0 + timedelta(hours=8)

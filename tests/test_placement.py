@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from budgeteer.core import Allocation, HoldReason, Policy, SolverChoice, plan_cycle
@@ -55,6 +57,32 @@ def test_spot_not_allowed_uses_on_demand() -> None:
     spot = make_offering("spot", price=0.1, market=Market.SPOT, interruption_per_hour=0.1)
     plan = plan_cycle(make_snapshot([make_job(spot=False)], [spot, make_offering(price=4)]))
     assert plan.admissions[0].placement.market is Market.ON_DEMAND
+
+
+def test_a_job_is_planned_without_the_spot_offerings_it_avoids_and_only_those() -> None:
+    """``SpotSettings.avoid`` (set by the loop when the spot decider will not let a job wait
+    for a dry market) takes those spot offerings off the job's plan, not spot as a whole nor
+    other jobs' plans; with every matching offering avoided the hold says so."""
+    cheap = make_offering("spot-a", price=0.1, market=Market.SPOT, interruption_per_hour=0.01)
+    dearer = make_offering("spot-b", price=0.2, market=Market.SPOT, interruption_per_hour=0.01)
+    od = make_offering("od", price=4.0)
+    avoiding = make_job("avoiding", seq=0)
+    avoiding = dataclasses.replace(
+        avoiding, spot=dataclasses.replace(avoiding.spot, avoid=frozenset({"spot-a"}))
+    )
+    plan = plan_cycle(make_snapshot([avoiding, make_job("other", seq=1)], [cheap, dearer, od]))
+    assert plan.admission("avoiding").placement.offering_id == "spot-b"
+    assert plan.admission("other").placement.offering_id == "spot-a"
+    both = dataclasses.replace(
+        avoiding, spot=dataclasses.replace(avoiding.spot, avoid=frozenset({"spot-a", "spot-b"}))
+    )
+    assert plan_cycle(make_snapshot([both], [cheap, dearer, od])).admissions[0].placement == (
+        plan_cycle(make_snapshot([make_job(spot=False)], [cheap, dearer, od]))
+        .admissions[0]
+        .placement
+    )
+    held = plan_cycle(make_snapshot([both], [cheap, dearer]))
+    assert held.holds[0].message.endswith("(not on 2 spot offering(s) in a drought)")
 
 
 def test_too_unreliable_spot_is_not_considered() -> None:

@@ -66,7 +66,8 @@ def _shape_key(
     each dataset (:func:`~budgeteer.core.pools.warm_data`) — a job whose data a warm instance
     holds is priced there without its egress, so its placements there are kept apart;
     ``closed``: the pooled offerings with warm instances its team may not take
-    (:func:`~budgeteer.core.pools.closed_to`: priced with their boot)."""
+    (:func:`~budgeteer.core.pools.closed_to`: priced with their boot); last, the spot
+    offerings the job is planned without."""
     r = job.resources
     uri = job.data.uri if job.data else None
     return (
@@ -80,6 +81,7 @@ def _shape_key(
         bool(job.work.steps_per_hour_on),
         held.get(uri, ()) if uri is not None else (),
         closed,
+        job.spot.avoid,
     )
 
 

@@ -14,6 +14,8 @@ def no_offering_message(job: Job) -> str:
     r = job.resources
     families = ", ".join(r.accelerators) or "any accelerator"
     spot = "" if job.spot.allowed else " (spot not allowed)"
+    if job.spot.allowed and job.spot.avoid:
+        spot = f" (not on {len(job.spot.avoid)} spot offering(s) in a drought)"
     return (
         f"no offering matches: {families}, ≥{r.min_gpu_memory_gib:g} GiB per GPU, "
         f"{r.gpus_per_worker} GPU(s) per worker, {r.min_workers}-{r.max_workers} workers{spot}"

@@ -141,6 +141,8 @@ def build_configs(job: Job, table: OfferingTable, policy: Policy) -> Configs:
         & (policy.allow_revocable | ~table.revocable)
         & table.family_mask(res.accelerators)
     )
+    if job.spot.avoid:
+        ok &= ~(table.spot & np.array([o.id in job.spot.avoid for o in table.offerings]))
     idx = np.flatnonzero(ok)
     per_instance = table.gpus[idx] // k
     parts = []

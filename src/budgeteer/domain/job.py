@@ -138,11 +138,15 @@ class SwitchRule:
 @dataclass(frozen=True, slots=True)
 class SpotSettings:
     """Whether the job may run on spot capacity, after how many preemptions it stops trying,
-    and its own switch rules (its tier's apply where it gives none)."""
+    and its own switch rules (its tier's apply where it gives none). ``avoid``: spot offerings
+    (ids) this run is planned without — set by the loop, never stored: the spot markets in a
+    drought when the spot decider judged the one its plan waited for not worth waiting out
+    (:mod:`budgeteer.scheduler.spot_live`)."""
 
     allowed: bool = True
     max_preemptions: int | None = None
     switch_rules: tuple[SwitchRule, ...] = ()
+    avoid: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from budgeteer.core.quarantine import plan_isolated, quarantined
 from budgeteer.core.reserve import downstream_hours
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job, JobState
-from budgeteer.domain.offering import Offering
+from budgeteer.domain.offering import Market, Offering
 from budgeteer.domain.progress import parse_progress
 from budgeteer.scheduler.launcher import Launcher
 from budgeteer.scheduler.live import LiveAttempts
@@ -127,7 +127,7 @@ class Scheduler:
         #: jobs whose planning raised, with the error (read by API threads: replaced whole)
         self.quarantined: Mapping[str, str] = MappingProxyType({})
         self._adopted = False
-        self._bridged: dict[str, str] = {}  # queued jobs the spot decider sent to on-demand
+        self._bridged: dict[str, str] = {}  # queued jobs the spot decider would not let wait
         self._seen_budgets = 0
         self._seen_falls = 0
 
@@ -283,9 +283,14 @@ class Scheduler:
             placement = admission.placement
             bridge = self.spot.queued(job, placement, now, admission.reserve_hours)
             if bridge is not None:
-                # spot is down and the decider would not wait: planned without spot next cycle
+                # spot is down and the decider would not wait: planned next cycle without that
+                # offering and the others in a drought — on a spot market that is up, or not
+                # on spot (a failover priced by the plan)
                 self.store.add_spot_decision(bridge)
-                self.snapshots.no_spot |= {job.id}
+                avoid = dict(self.snapshots.avoid)
+                dry = self.spot.book.down() | {bridge.offering_id}
+                avoid[job.id] = avoid.get(job.id, frozenset()) | dry
+                self.snapshots.avoid = MappingProxyType(avoid)
                 self._bridged[job.id] = f"{PREFIX}: {bridge.decision.reason}"
                 if job.state is not S.QUEUED:
                     self.store.transition(job.id, S.QUEUED, at=now, cause=self._bridged[job.id])
@@ -319,6 +324,9 @@ class Scheduler:
                     cause += f"; {admission.reserve_why}"
                 if job.id in self._bridged:
                     cause += f"; {self._bridged[job.id]}"
+                    if placement.market is Market.SPOT:
+                        left = len(self.snapshots.avoid.get(job.id, ()))
+                        cause += f"; so on spot elsewhere ({left} dry spot offering(s) left out)"
                 self.store.transition(job.id, state, at=now, cause=cause)
             live = self.launcher.launch(job, placement, now, reserve_hours=admission.reserve_hours)
             if live is not None:
@@ -327,6 +335,8 @@ class Scheduler:
                 self.spot.launched(job.id)
                 if job.id in self._bridged:
                     del self._bridged[job.id]
-                    self.snapshots.no_spot -= {job.id}
+                    avoid = dict(self.snapshots.avoid)
+                    avoid.pop(job.id, None)
+                    self.snapshots.avoid = MappingProxyType(avoid)
                 self.snapshots.spend.learn(job)
                 report.launched.append(job.id)

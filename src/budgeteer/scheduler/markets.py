@@ -59,6 +59,12 @@ class MarketBook:
         if after.up is not before.up or after.since != before.since:
             self.store.put_market(after)
 
+    def down(self) -> frozenset[str]:
+        """The spot offerings seen down now (in an observed drought)."""
+        return frozenset(
+            offering_id for offering_id, h in tuple(self.histories.items()) if h.up is False
+        )
+
     def room_at(self, now: datetime, step_hours: float = 0.05) -> tuple[tuple[str, datetime], ...]:
         """Spot offerings seen down now, with when spot is expected back: the outage's expected
         remaining length given its age, from the offering's own estimate (for the planner, which

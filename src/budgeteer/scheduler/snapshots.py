@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 
 from budgeteer.backends.base import ComputeBackend, WarmPools
 from budgeteer.backends.market import CatalogPrices
@@ -133,8 +134,10 @@ class SnapshotBuilder:
         self._planned: dict[str, tuple[tuple[object, ...], Job]] = {}
         self._in_force: tuple[Offering, ...] = catalog.offerings
         self._priced_at: datetime | None = None
-        #: queued jobs the spot decider sent to on-demand: planned without spot until launched
-        self.no_spot: frozenset[str] = frozenset()
+        #: queued jobs the spot decider would not let wait for spot, with the spot offerings
+        #: each is planned without until it launches (the one it waited for and those then in
+        #: a drought; replaced whole, never changed in place)
+        self.avoid: Mapping[str, frozenset[str]] = MappingProxyType({})
 
     def build(self, parked: frozenset[str] = frozenset()) -> Snapshot:
         """The frozen world the next plan sees, with ``parked`` jobs left out of planning
@@ -243,9 +246,10 @@ class SnapshotBuilder:
         jobs = tuple(
             self._as_planned(job, history[job.id]) if job.id in history else job for job in stored
         )
-        if self.no_spot:
+        avoid = self.avoid
+        if avoid:
             jobs = tuple(
-                _without_spot(job) if job.id in self.no_spot and job.state.is_pending else job
+                _avoiding(job, avoid[job.id]) if job.id in avoid and job.state.is_pending else job
                 for job in jobs
             )
         if len(self._planned) > 2 * len(history) + 64:  # forget jobs no longer pending
@@ -293,6 +297,12 @@ def off_spot_for_good(job: Job, outcomes: Sequence[AttemptOutcome | None], polic
 
 def _without_spot(job: Job) -> Job:
     return dataclasses.replace(job, spot=dataclasses.replace(job.spot, allowed=False))
+
+
+def _avoiding(job: Job, offerings: frozenset[str]) -> Job:
+    return dataclasses.replace(
+        job, spot=dataclasses.replace(job.spot, avoid=job.spot.avoid | offerings)
+    )
 
 
 def with_history(job: Job, attempts: Sequence[Attempt], policy: Policy) -> Job:
