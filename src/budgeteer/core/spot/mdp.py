@@ -61,10 +61,14 @@ def solve(
     t_d = np.linalg.matrix_power(t, d)
     t_uu = t[np.ix_(up_idx, up_idx)]
     t_u = t[up_idx]
+    down = ~avail.up
     q = np.arange(size)
     inf_block = np.full((n, size), INF)
     actions = np.zeros((horizon, 3, n, size), dtype=np.int8)
     future: dict[int, tuple[F, F, F]] = {}  # e → (idle, spot, od) values, each n × size
+    # idle values at e shifted by j steps of lag, for the j = 1 … d steps before e that read
+    # them (each is read d times; worked out once)
+    shifted: dict[int, list[F]] = {}
 
     def shift(x: F, k: int) -> F:
         out = np.full_like(x, INF)
@@ -75,10 +79,26 @@ def solve(
     def at(e: int) -> tuple[F, F, F]:
         return future.get(e, (inf_block, inf_block, inf_block))
 
+    def idle_shifted(e: int, j: int) -> F:
+        got = shifted.get(e)
+        if got is None:
+            idle = at(e)[0]
+            got = shifted[e] = [idle, *(shift(idle, k) for k in range(1, d + 1))]
+        return got[j]
+
     def spot_next(e: int) -> F:
         """Value of being in spot mode at e (lost where spot is down → idle)."""
         idle, spot, _ = at(e)
         return np.where(avail.up[:, None], spot, idle)
+
+    def best(mode: int, e: int, a: F, b: F, c: F) -> F:
+        """The cheapest of the three options (the first of equals, as ``argmin``), its
+        action stored."""
+        take_b = b < a
+        low = np.where(take_b, b, a)
+        take_c = c < low
+        actions[e, mode] = np.where(take_c, 2, take_b)
+        return np.where(take_c, c, low)
 
     # a spot changeover begun in an up state: the chance it is lost at step j (and the steps it
     # billed), and that it survives all d — the same for every e, so worked out once
@@ -101,21 +121,17 @@ def solve(
         # spot changeover begun in an up state: survives through step j or is lost at j
         switch_up = np.zeros((len(up_idx), size))
         for j, (lost, billed) in enumerate(lost_at, start=1):
-            switch_up += lost @ shift(at(e + j)[0], j) + billed
+            switch_up += lost @ idle_shifted(e + j, j) + billed
         switch_up += surv @ shift(spot_next(e + d)[up_idx], d) + survived
         spot_sw = np.full((n, size), INF)
         spot_sw[up_idx] = switch_up
         spot_run = np.where(done, spot_cost * frac, spot_cost + t @ spot_next(e + 1))
-        spot_run[~avail.up] = INF
-        values = []
-        for mode, options in (
-            (IDLE, (idle_v, spot_sw, od_switch)),
-            (SPOT, (idle_v, spot_run, od_switch)),
-            (ON_DEMAND, (idle_v, spot_sw, od_run)),
-        ):
-            stacked = np.stack(options)
-            actions[e, mode] = stacked.argmin(axis=0)
-            values.append(stacked.min(axis=0))
-        future[e] = (values[0], values[1], values[2])
+        spot_run[down] = INF
+        future[e] = (
+            best(IDLE, e, idle_v, spot_sw, od_switch),
+            best(SPOT, e, idle_v, spot_run, od_switch),
+            best(ON_DEMAND, e, idle_v, spot_sw, od_run),
+        )
         future.pop(e + d + 1, None)
+        shifted.pop(e + d + 1, None)
     return Table(actions, step_ticks, max_lag, avail)
