@@ -424,3 +424,20 @@ def test_a_job_the_spot_decider_will_not_let_wait_takes_spot_elsewhere_before_on
     last = world.store.attempts("j")[-1]
     assert last.ended_at is not None
     assert last.ended_at <= T0 + timedelta(hours=8)
+
+
+def test_a_job_cancelled_after_the_decider_sent_it_off_a_dry_market_is_forgotten() -> None:
+    """The markets a queued job is planned without are kept only while it is pending: a job
+    cancelled between the decider's verdict and its launch leaves nothing behind. (Catches:
+    the loop's per-job state growing with every job that never launched.)"""
+    world = _back_to_spot_world(Policy())
+    world.submit(make_job("j", hours=5.0, deadline_hours=8.0, checkpoint_seconds=600))
+    while not world.store.spot_decisions("j"):
+        assert world.kernel.now < T0 + timedelta(hours=2.5)
+        world.run(hours=1 / 60, every_seconds=60)
+    assert set(world.sched.snapshots.avoid) == {"j"}
+    assert "spot" in world.sched.snapshots.avoid["j"]
+    world.store.request_cancel("j", at=world.kernel.now)
+    world.run(hours=2 / 60, every_seconds=60)
+    assert world.store.job("j").state is JobState.CANCELLED
+    assert world.sched.snapshots.avoid == {}

@@ -23,7 +23,7 @@ threads call only :meth:`Scheduler.snapshot`, which goes to the thread-safe snap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -145,6 +145,10 @@ class Scheduler:
         self._wake()
         # 3. snapshot
         snapshot = self.snapshots.build(self.parking.ids())
+        if self._bridged:  # jobs sent off a dry market that ended without launching
+            self._unbridge(
+                self._bridged.keys() - {j.id for j in snapshot.jobs if j.state.is_pending}
+            )
         # for the next reconcile: the reserve of attempts recorded without their plan's
         self.spot.downstream = (
             downstream_hours(snapshot.jobs) if self.policy.pipeline_reserve else {}
@@ -210,6 +214,17 @@ class Scheduler:
             if any(self.backend.status(live.handle).state.is_final for live in self.live):
                 return True
         return False
+
+    def _unbridge(self, job_ids: Collection[str]) -> None:
+        """Forget that the decider sent these jobs off a dry spot market (launched, or no
+        longer pending)."""
+        if not any(j in self._bridged for j in job_ids):
+            return
+        avoid = dict(self.snapshots.avoid)
+        for job_id in job_ids:
+            self._bridged.pop(job_id, None)
+            avoid.pop(job_id, None)
+        self.snapshots.avoid = MappingProxyType(avoid)
 
     def _capacity_back(self, now: datetime) -> tuple[tuple[str, datetime], ...]:
         """When room comes back at offerings that have none now: the launcher's backoffs (a
@@ -333,10 +348,6 @@ class Scheduler:
                 # launched: no longer queued (a refused launch keeps the queued epoch, and a
                 # job the decider sent to on-demand stays without spot until it launches)
                 self.spot.launched(job.id)
-                if job.id in self._bridged:
-                    del self._bridged[job.id]
-                    avoid = dict(self.snapshots.avoid)
-                    avoid.pop(job.id, None)
-                    self.snapshots.avoid = MappingProxyType(avoid)
+                self._unbridge({job.id})
                 self.snapshots.spend.learn(job)
                 report.launched.append(job.id)
