@@ -346,7 +346,7 @@ class Scheduler:
             live = self.launcher.launch(job, placement, now, reserve_hours=admission.reserve_hours)
             if live is not None:
                 # launched: no longer queued (a refused launch keeps the queued epoch, and a
-                # job the decider sent to on-demand stays without spot until it launches)
+                # job the decider would not let wait stays off the dry markets until it launches)
                 self.spot.launched(job.id)
                 self._unbridge({job.id})
                 self.snapshots.spend.learn(job)
