@@ -218,13 +218,9 @@ class Scheduler:
     def _unbridge(self, job_ids: Collection[str]) -> None:
         """Forget that the decider sent these jobs off a dry spot market (launched, or no
         longer pending)."""
-        if not any(j in self._bridged for j in job_ids):
-            return
-        avoid = dict(self.snapshots.avoid)
         for job_id in job_ids:
             self._bridged.pop(job_id, None)
-            avoid.pop(job_id, None)
-        self.snapshots.avoid = MappingProxyType(avoid)
+        self.snapshots.stop_avoiding(job_ids)
 
     def _capacity_back(self, now: datetime) -> tuple[tuple[str, datetime], ...]:
         """When room comes back at offerings that have none now: the launcher's backoffs (a
@@ -302,10 +298,7 @@ class Scheduler:
                 # offering and the others in a drought — on a spot market that is up, or not
                 # on spot (a failover priced by the plan)
                 self.store.add_spot_decision(bridge)
-                avoid = dict(self.snapshots.avoid)
-                dry = self.spot.book.down() | {bridge.offering_id}
-                avoid[job.id] = avoid.get(job.id, frozenset()) | dry
-                self.snapshots.avoid = MappingProxyType(avoid)
+                self.snapshots.avoid_for(job.id, self.spot.book.down() | {bridge.offering_id})
                 self._bridged[job.id] = f"{PREFIX}: {bridge.decision.reason}"
                 if job.state is not S.QUEUED:
                     self.store.transition(job.id, S.QUEUED, at=now, cause=self._bridged[job.id])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 
@@ -138,6 +138,17 @@ class SnapshotBuilder:
         #: each is planned without until it launches (the one it waited for and those then in
         #: a drought; replaced whole, never changed in place)
         self.avoid: Mapping[str, frozenset[str]] = MappingProxyType({})
+
+    def avoid_for(self, job_id: str, offering_ids: frozenset[str]) -> None:
+        """Plan the queued job ``job_id`` without these spot offerings too (loop thread)."""
+        avoid = dict(self.avoid)
+        avoid[job_id] = avoid.get(job_id, frozenset()) | offering_ids
+        self.avoid = MappingProxyType(avoid)
+
+    def stop_avoiding(self, job_ids: Collection[str]) -> None:
+        """Plan these jobs on every spot offering again (launched, or no longer pending)."""
+        if any(j in self.avoid for j in job_ids):
+            self.avoid = MappingProxyType({k: v for k, v in self.avoid.items() if k not in job_ids})
 
     def build(self, parked: frozenset[str] = frozenset()) -> Snapshot:
         """The frozen world the next plan sees, with ``parked`` jobs left out of planning
