@@ -15,7 +15,11 @@ multi-zone pooling lead of issue 15. Every 12 hours from the eighth day on, the 
 weeks before (at most; the estimate's ``HISTORY_DAYS``; a third of a trace shorter than three
 weeks) of the zone itself, of the other zones of its region, of all other zones pooled, and of
 all zones pooled; printed: the median of |log(predicted ÷ actual)| per zone
-(windows with at least one flip), and the correlation of the zones' availability::
+(windows with at least one flip), and the correlation of the zones' availability.
+
+Last, whether short uptimes come in runs (session 26): per trace, the share of uptimes shorter
+than two changeovers (the suite's 0.2 h in whole ticks) after a short uptime and after a long
+one, and the mean uptime after each::
 
     python benchmarks/spot_market_stats.py [--traces tests/data/spot-traces] [--block-hours 3]
 """
@@ -25,12 +29,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
 
-from budgeteer.cli.spot import suite_traces
+from budgeteer.cli.spot import suite_traces, whole_ticks
 from budgeteer.core.spot.estimate import HISTORY_DAYS, periods_of
 from budgeteer.traces import load_trace
 
@@ -110,6 +115,28 @@ def siblings(paths: Sequence[Path], window_hours: float) -> None:
             print(f"{name[:22]:<22} {' '.join(f'{x:+.2f}' for x in row)}")
 
 
+def flickers(paths: Sequence[Path]) -> None:
+    """Whether an uptime shorter than two changeovers follows a short one more often."""
+    print("\nshort uptimes (< 2 changeovers) after a short / a long uptime:")
+    print("trace                   pairs  P(short|short) P(short|long)  mean up h after short/long")
+    for path in paths:
+        tr = load_trace(path)
+        g = tr.gap_hours
+        short = 2 * whole_ticks(0.2, g)
+        ups = [p for p in periods_of(np.array(tr.available) >= 1, g) if p.up and p.complete]
+        after: dict[bool, list[float]] = {True: [], False: []}
+        for before, up in pairwise(ups):
+            after[before.hours < short].append(up.hours)
+        s_, l_ = after[True], after[False]
+        if not s_ or not l_:
+            continue
+        print(
+            f"{path.stem[:22]:<22} {len(s_) + len(l_):6d}  "
+            f"{np.mean(np.array(s_) < short):14.2f} {np.mean(np.array(l_) < short):13.2f}  "
+            f"{np.mean(s_):10.2f} / {np.mean(l_):.2f}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=Path("tests/data/spot-traces"))
@@ -159,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{' '.join(f'{x:.2f}' for x in rate)}"
         )
     siblings(suite_traces(args.traces), args.window_hours)
+    flickers(suite_traces(args.traces))
 
 
 if __name__ == "__main__":
