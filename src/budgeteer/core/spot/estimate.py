@@ -17,7 +17,7 @@ expected to end soon.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -113,16 +113,15 @@ def estimate(
         steps = np.array([p.hours for p in periods]) / step_hours
         up = np.array([p.up for p in periods])
         complete = np.array([p.complete for p in periods])
-        for b in range(nb):
-            lo = edges_steps[b]
-            hi = edges_steps[b + 1] if b + 1 < nb else math.inf
-            inside = np.maximum(0.0, np.minimum(steps, hi) - lo)
-            ended = complete & (lo <= steps) & (steps < hi)
-            for side, mask in ((1, up), (0, ~up)):
-                # summed in the periods' order (a cumulative sum, not numpy's pairwise sum):
-                # the same floats as adding them one by one
-                exposure[side, b] = np.cumsum(np.where(mask, inside, 0.0))[-1]
-                ends[side, b] = np.count_nonzero(ended & mask)
+        lo = np.array(edges_steps)[:, None]  # every bucket at once: bucket × period
+        hi = np.array([*edges_steps[1:], math.inf])[:, None]
+        inside = np.maximum(0.0, np.minimum(steps, hi) - lo)
+        ended = complete & (lo <= steps) & (steps < hi)
+        for side, mask in ((1, up), (0, ~up)):
+            # summed in the periods' order (a cumulative sum, not numpy's pairwise sum):
+            # the same floats as adding them one by one
+            exposure[side] = np.cumsum(np.where(mask, inside, 0.0), axis=1)[:, -1]
+            ends[side] = np.count_nonzero(ended & mask, axis=1)
     prior_rate = np.array([PRIOR_UP_PER_HOUR, PRIOR_DOWN_PER_HOUR]) * step_hours  # per step
     prior_exposure = PRIOR_HOURS / step_hours / nb
     hazard = (ends + prior_rate[:, None] * prior_exposure) / (exposure + prior_exposure)
@@ -183,9 +182,11 @@ class MarketHistory:
             return self
         seen = self.observations + 1
         if self.up is None or self.since is None:
-            return replace(self, up=up, since=at, seen_start=False, observations=seen)
-        if up is self.up:
-            return replace(self, observations=seen)
+            return MarketHistory(self.offering_id, self.periods, up, at, False, seen)
+        if up is self.up:  # (the constructor, not ``replace``: a sighting per offering a cycle)
+            return MarketHistory(
+                self.offering_id, self.periods, self.up, self.since, self.seen_start, seen
+            )
         hours = (at - self.since).total_seconds() / 3600.0
         closed = Period(self.up, hours, self.seen_start)
         periods = (*self.periods, closed)[-MAX_PERIODS:]

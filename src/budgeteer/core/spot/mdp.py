@@ -51,54 +51,34 @@ def solve(
     avail: Availability,
     step_ticks: int,
 ) -> Table:
-    """Backward induction over the MDP; costs are per step (price × step length)."""
+    """Backward induction over the MDP; costs are per step (price × step length).
+
+    The values at a step are one array ``(3, n, size + d)``: idle, *spot next* (the value of
+    being in spot mode: spot where the state is up, idle where it is down, spot being lost)
+    and on-demand, by availability state and lag; the ``d`` columns past the last lag hold
+    ``INF``, so "the same values ``j`` steps of lag later" is the slice ``j : j + size``. The
+    three modes' options are compared at once, the first of equals kept (as ``argmin``).
+    """
     d = changeover_steps
     horizon = math.ceil(work_steps + max_lag) + 1
     size = max_lag + 1
+    width = size + d
     n = len(avail.up)
     up_idx = np.flatnonzero(avail.up)
+    # the up states as a slice where they are contiguous (the estimate puts them first): a
+    # view, not a copy, at every step
+    rows: slice | NDArray[np.intp] = up_idx
+    if len(up_idx) and int(up_idx[-1]) - int(up_idx[0]) + 1 == len(up_idx):
+        rows = slice(int(up_idx[0]), int(up_idx[-1]) + 1)
     t = avail.transition
     t_d = np.linalg.matrix_power(t, d)
     t_uu = t[np.ix_(up_idx, up_idx)]
     t_u = t[up_idx]
     down = ~avail.up
     q = np.arange(size)
-    inf_block = np.full((n, size), INF)
     actions = np.zeros((horizon, 3, n, size), dtype=np.int8)
-    future: dict[int, tuple[F, F, F]] = {}  # e → (idle, spot, od) values, each n × size
-    # idle values at e shifted by j steps of lag, for the j = 1 … d steps before e that read
-    # them (each is read d times; worked out once)
-    shifted: dict[int, list[F]] = {}
-
-    def shift(x: F, k: int) -> F:
-        out = np.full_like(x, INF)
-        if k < size:
-            out[:, : size - k] = x[:, k:]
-        return out
-
-    def at(e: int) -> tuple[F, F, F]:
-        return future.get(e, (inf_block, inf_block, inf_block))
-
-    def idle_shifted(e: int, j: int) -> F:
-        got = shifted.get(e)
-        if got is None:
-            idle = at(e)[0]
-            got = shifted[e] = [idle, *(shift(idle, k) for k in range(1, d + 1))]
-        return got[j]
-
-    def spot_next(e: int) -> F:
-        """Value of being in spot mode at e (lost where spot is down → idle)."""
-        idle, spot, _ = at(e)
-        return np.where(avail.up[:, None], spot, idle)
-
-    def best(mode: int, e: int, a: F, b: F, c: F) -> F:
-        """The cheapest of the three options (the first of equals, as ``argmin``), its
-        action stored."""
-        take_b = b < a
-        low = np.where(take_b, b, a)
-        take_c = c < low
-        actions[e, mode] = np.where(take_c, 2, take_b)
-        return np.where(take_c, c, low)
+    beyond = np.full((3, n, width), INF)  # the values past the horizon
+    values: dict[int, F] = {}  # e → (idle, spot next, on-demand), the last d + 1 steps only
 
     # a spot changeover begun in an up state: the chance it is lost at step j (and the steps it
     # billed), and that it survives all d — the same for every e, so worked out once
@@ -110,28 +90,56 @@ def solve(
         lost_at.append((lost, lost.sum(axis=1)[:, None] * j * spot_cost))
         surv = surv @ t_uu
     survived = surv.sum(axis=1)[:, None] * (d * spot_cost)
+    # scratch rows padded with INF: a product of this step, shifted by one or d steps of lag
+    idle_pad = np.full((n, size + 1), INF)
+    od_pad = np.full((n, width), INF)
+    od_fixed = d * od_cost
+    # b: the spot option (a changeover to spot from idle and on-demand, a step on spot from
+    # spot); c: the on-demand option (a changeover, or a step on on-demand) — rewritten at
+    # every step but for b's down rows, where spot cannot be had
+    b = np.full((3, n, size), INF)
+    c = np.empty((3, n, size))
 
     for e in range(horizon - 1, -1, -1):
-        done = q <= e - work_steps + 1 + 1e-9
-        frac = work_steps - e + q
-        idle_n, _, od_n = at(e + 1)
-        idle_v = shift(t @ idle_n, 1)
-        od_switch = d * od_cost + shift(t_d @ at(e + d)[2], d)
-        od_run = np.where(done, od_cost * frac, od_cost + t @ od_n)
-        # spot changeover begun in an up state: survives through step j or is lost at j
-        switch_up = np.zeros((len(up_idx), size))
+        # lags q ≤ e − work + 1 finish within this step (billed pro rata): the first ``ends``
+        ends_at = e - work_steps + 1 + 1e-9
+        ends = 0 if ends_at < 0 else min(size, math.floor(ends_at) + 1)
+        nxt = values.get(e + 1, beyond)
+        later = values.get(e + d, beyond)
+        ahead = t @ nxt[:, :, :size]  # the three modes' values a step on, in expectation
+        idle_pad[:, :size] = ahead[0]
+        idle_v = idle_pad[:, 1:]  # wait: a step of lag
+        # (a changeover of one step reads the values a step on: worked out just above)
+        od_pad[:, :size] = ahead[2] if d == 1 else t_d @ later[2, :, :size]
+        np.add(od_fixed, od_pad[:, d:], out=c[0])
+        c[1] = c[0]
+        if ends:
+            done = q < ends
+            frac = work_steps - e + q
+            c[2] = np.where(done, od_cost * frac, od_cost + ahead[2])
+            b[1] = np.where(done, spot_cost * frac, spot_cost + ahead[1])
+        else:
+            np.add(od_cost, ahead[2], out=c[2])
+            np.add(spot_cost, ahead[1], out=b[1])
+        b[1, down] = INF
+        # a spot changeover begun in an up state: survives through step j or is lost at j
+        # (summed in this order: the same floats as the sum written out)
+        switch_up: F | None = None
         for j, (lost, billed) in enumerate(lost_at, start=1):
-            switch_up += lost @ idle_shifted(e + j, j) + billed
-        switch_up += surv @ shift(spot_next(e + d)[up_idx], d) + survived
-        spot_sw = np.full((n, size), INF)
-        spot_sw[up_idx] = switch_up
-        spot_run = np.where(done, spot_cost * frac, spot_cost + t @ spot_next(e + 1))
-        spot_run[down] = INF
-        future[e] = (
-            best(IDLE, e, idle_v, spot_sw, od_switch),
-            best(SPOT, e, idle_v, spot_run, od_switch),
-            best(ON_DEMAND, e, idle_v, spot_sw, od_run),
-        )
-        future.pop(e + d + 1, None)
-        shifted.pop(e + d + 1, None)
+            term = lost @ values.get(e + j, beyond)[0, :, j : j + size] + billed
+            switch_up = term if switch_up is None else switch_up + term
+        tail = surv @ later[1, rows, d : d + size] + survived
+        switch_up = tail if switch_up is None else switch_up + tail
+        b[0, rows] = switch_up
+        b[2, rows] = switch_up
+        take_b = b < idle_v
+        low = np.where(take_b, b, idle_v)
+        take_c = c < low
+        actions[e] = np.where(take_c, 2, take_b)
+        value = np.empty((3, n, width))
+        value[:, :, size:] = INF
+        value[:, :, :size] = np.where(take_c, c, low)
+        value[1, down, :size] = value[0, down, :size]
+        values[e] = value
+        values.pop(e + d + 1, None)
     return Table(actions, step_ticks, max_lag, avail)
