@@ -123,13 +123,12 @@ def solve(
             np.add(spot_cost, ahead[1], out=b[1])
         b[1, down] = INF
         # a spot changeover begun in an up state: survives through step j or is lost at j
-        # (summed in this order: the same floats as the sum written out)
-        switch_up: F | None = None
-        for j, (lost, billed) in enumerate(lost_at, start=1):
-            term = lost @ values.get(e + j, beyond)[0, :, j : j + size] + billed
-            switch_up = term if switch_up is None else switch_up + term
-        tail = surv @ later[1, rows, d : d + size] + survived
-        switch_up = tail if switch_up is None else switch_up + tail
+        terms = [
+            lost @ values.get(e + j, beyond)[0, :, j : j + size] + billed
+            for j, (lost, billed) in enumerate(lost_at, start=1)
+        ]
+        terms.append(surv @ later[1, rows, d : d + size] + survived)
+        switch_up = sum(terms[1:], terms[0])  # added left to right, as written out
         b[0, rows] = switch_up
         b[2, rows] = switch_up
         take_b = b < idle_v
