@@ -66,7 +66,7 @@ def _held(snapshot: Snapshot, jobs: Sequence[Job], configs: Configs) -> np.ndarr
     many instances as the placement takes (``None``: nowhere)."""
     if not any(v.data for v in snapshot.pools):
         return None
-    ids = {o.id: i for i, o in enumerate(configs.table.offerings)}
+    ids = configs.table.index
     held_by = {t: warm_data(snapshot.pools, t) for t in {j.team for j in jobs}}
     out = np.zeros((len(jobs), len(configs)), dtype=bool)
     for row, job in enumerate(jobs):

@@ -116,11 +116,14 @@ def _front(
     policy: Policy,
     variant: Variant,
     due: Mapping[str, datetime],
+    wait: FloatArray | None,
     timeless: bool = False,
 ) -> tuple[list[Front], FloatArray, IntArray, FloatArray, FloatArray]:
     """Each job's front; also its fastest finish, the placement giving it, its cheapest
     deadline-meeting cost (to explain infeasibility) and its slowest reliable finish (a
-    deadline at least that far away rules nothing out)."""
+    deadline at least that far away rules nothing out). ``wait``: each placement's wait for
+    its offering's room (:func:`_waits`; ``None`` for none, and always for a timeless front,
+    which has no clock at all)."""
     now = snapshot.now
     deadlines = [None if timeless else due.get(j.id, j.deadline) for j in jobs]
     horizon = np.array(
@@ -144,7 +147,6 @@ def _front(
     )
     shape = (len(jobs), len(configs))
     cost = np.broadcast_to(ev.cost_usd, shape)
-    wait = None if timeless else _waits(snapshot, configs)  # timeless: no clock at all
     finish_hours = ev.finish_hours if wait is None else ev.finish_hours + wait[None, :]
     finish = np.broadcast_to(finish_hours, shape)
     reliable = np.broadcast_to(ev.inflation <= policy.max_spot_inflation, shape)
@@ -156,9 +158,10 @@ def _front(
     slowest = np.where(reliable, finish, 0.0).max(axis=1, initial=0.0)
     cheapest_on_time = np.where(on_time, cost, math.inf).min(axis=1, initial=math.inf)
 
+    rows = np.arange(shape[0])[:, None]  # with a column index, picks along each row
     masked = np.where(feasible, cost, math.inf)
     order = np.argsort(masked, axis=1, kind="stable")
-    f_sorted = np.take_along_axis(np.where(feasible, finish, math.inf), order, axis=1)
+    f_sorted = np.where(feasible, finish, math.inf)[rows, order]
     # only a cheaper point on an unlimited offering rules a point out: a limited one may be full
     f_unlimited = np.where(configs.limited[order], math.inf, f_sorted)
     prev_best = np.minimum.accumulate(
@@ -171,12 +174,12 @@ def _front(
     # are short: gathering all placements' columns would cost as much as pricing them)
     width = max(1, min(limit, int(keep.sum(axis=1).max(initial=0))))
     pick = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-    cols = np.take_along_axis(order, pick, axis=1)
-    valid = np.take_along_axis(keep, pick, axis=1)
-    sizes = valid.sum(axis=1)
+    cols = order[rows, pick]
+    sizes = keep[rows, pick].sum(axis=1)
 
     def gather(a: FloatArray) -> FloatArray:
-        g: FloatArray = np.take_along_axis(np.broadcast_to(a, shape), cols, axis=1)
+        one_row = a.shape == (1, shape[1])  # the same for every job: no broadcast needed
+        g: FloatArray = a[0][cols] if one_row else np.broadcast_to(a, shape)[rows, cols]
         return g
 
     arrays = [
@@ -212,8 +215,8 @@ def _waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
     """Hours each placement waits for its offering's room to come back (``None``: none do)."""
     if not snapshot.capacity_back:
         return None
-    index = {o.id: i for i, o in enumerate(snapshot.offerings)}
-    by_offering = np.zeros(len(snapshot.offerings))
+    index = configs.table.index
+    by_offering = np.zeros(len(configs.table.offerings))
     for offering_id, back in snapshot.capacity_back:
         i = index.get(offering_id)
         if i is not None:
@@ -389,6 +392,7 @@ def priced_fronts(
             policy,
             variant,
             due,
+            None,
             timeless=True,
         )
         with cache.lock:
@@ -409,8 +413,8 @@ def priced_fronts(
             cache.trim()
     empty = [row for row, p in enumerate(found) if p is None]
     if empty:  # first sight, nothing meets the deadline, or waits matter: price directly
-        direct = direct_fronts(
-            snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due
+        direct = _direct(
+            snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due, wait
         )
         for row, p in zip(empty, direct, strict=True):
             found[row] = p
@@ -433,8 +437,23 @@ def direct_fronts(
     variant: Variant,
     due: Mapping[str, datetime],
 ) -> list[Priced]:
+    """Each job's :class:`Priced` for ``variant``, priced afresh (no memo)."""
+    wait = _waits(snapshot, configs)
+    return _direct(snapshot, jobs, configs, throughput, policy, variant, due, wait)
+
+
+def _direct(
+    snapshot: Snapshot,
+    jobs: Sequence[Job],
+    configs: Configs,
+    throughput: dict[str, float],
+    policy: Policy,
+    variant: Variant,
+    due: Mapping[str, datetime],
+    wait: FloatArray | None,
+) -> list[Priced]:
     fronts, fastest, col, cheapest, _ = _front(
-        snapshot, jobs, configs, throughput, policy, variant, due
+        snapshot, jobs, configs, throughput, policy, variant, due, wait
     )
     return [
         Priced(f, float(h), int(c), float(u))

@@ -41,6 +41,7 @@ class OfferingTable:
     venues: tuple[str, ...]
     accelerator: IntArray
     accelerators: tuple[str, ...]
+    index: dict[str, int]  # row of each offering id
 
     @classmethod
     def build(cls, offerings: Sequence[Offering], throughput: dict[str, float]) -> OfferingTable:
@@ -66,6 +67,7 @@ class OfferingTable:
             venues=venues,
             accelerator=np.array([a_code[o.accelerator] for o in offerings], dtype=np.int64),
             accelerators=accs,
+            index={o.id: i for i, o in enumerate(offerings)},
         )
 
     def family_mask(self, families: Sequence[str]) -> BoolArray:

@@ -65,20 +65,23 @@ def solve(
     width = size + d
     n = len(avail.up)
     up_idx = np.flatnonzero(avail.up)
-    # the up states as a slice where they are contiguous (the estimate puts them first): a
-    # view, not a copy, at every step
-    rows: slice | NDArray[np.intp] = up_idx
-    if len(up_idx) and int(up_idx[-1]) - int(up_idx[0]) + 1 == len(up_idx):
-        rows = slice(int(up_idx[0]), int(up_idx[-1]) + 1)
+    down_idx = np.flatnonzero(~avail.up)
+    # up and down states as slices where each is contiguous (the estimate puts the up states
+    # first): views, not copies, at every step
+    rows, down = _as_slice(up_idx), _as_slice(down_idx)
     t = avail.transition
     t_d = np.linalg.matrix_power(t, d)
     t_uu = t[np.ix_(up_idx, up_idx)]
     t_u = t[up_idx]
-    down = ~avail.up
     q = np.arange(size)
     actions = np.zeros((horizon, 3, n, size), dtype=np.int8)
     beyond = np.full((3, n, width), INF)  # the values past the horizon
-    values: dict[int, F] = {}  # e → (idle, spot next, on-demand), the last d + 1 steps only
+    # (idle, spot next, on-demand) at step e, in ring[e % len(ring)]: only the last d + 1
+    # steps are read; the columns past the last lag stay INF
+    ring = [np.full((3, n, width), INF) for _ in range(d + 2)]
+
+    def values(e: int) -> F:
+        return beyond if e >= horizon else ring[e % len(ring)]
 
     # a spot changeover begun in an up state: the chance it is lost at step j (and the steps it
     # billed), and that it survives all d — the same for every e, so worked out once
@@ -90,55 +93,60 @@ def solve(
         lost_at.append((lost, lost.sum(axis=1)[:, None] * j * spot_cost))
         surv = surv @ t_uu
     survived = surv.sum(axis=1)[:, None] * (d * spot_cost)
-    # scratch rows padded with INF: a product of this step, shifted by one or d steps of lag
-    idle_pad = np.full((n, size + 1), INF)
-    od_pad = np.full((n, width), INF)
+    # scratch padded with INF, so that a product of this step shifted by one or d steps of lag
+    # is a slice: the values a step on (in expectation), and for d > 1 the on-demand values d
+    # steps on
+    ahead_pad = np.full((3, n, size + 1), INF)
+    ahead = ahead_pad[:, :, :size]
+    od_pad = ahead_pad[2] if d == 1 else np.full((n, width), INF)
     od_fixed = d * od_cost
     # b: the spot option (a changeover to spot from idle and on-demand, a step on spot from
     # spot); c: the on-demand option (a changeover, or a step on on-demand) — rewritten at
     # every step but for b's down rows, where spot cannot be had
     b = np.full((3, n, size), INF)
     c = np.empty((3, n, size))
+    low = np.empty((3, n, size))
 
     for e in range(horizon - 1, -1, -1):
         # lags q ≤ e − work + 1 finish within this step (billed pro rata): the first ``ends``
         ends_at = e - work_steps + 1 + 1e-9
         ends = 0 if ends_at < 0 else min(size, math.floor(ends_at) + 1)
-        nxt = values.get(e + 1, beyond)
-        later = values.get(e + d, beyond)
-        ahead = t @ nxt[:, :, :size]  # the three modes' values a step on, in expectation
-        idle_pad[:, :size] = ahead[0]
-        idle_v = idle_pad[:, 1:]  # wait: a step of lag
-        # (a changeover of one step reads the values a step on: worked out just above)
-        od_pad[:, :size] = ahead[2] if d == 1 else t_d @ later[2, :, :size]
-        np.add(od_fixed, od_pad[:, d:], out=c[0])
-        c[1] = c[0]
+        nxt = values(e + 1)
+        later = values(e + d)
+        np.matmul(t, nxt[:, :, :size], out=ahead)  # the three modes' values a step on
+        idle_v = ahead_pad[0, :, 1:]  # wait: a step of lag
+        if d > 1:  # (a changeover of one step reads the values a step on: ``ahead``)
+            np.matmul(t_d, later[2, :, :size], out=od_pad[:, :size])
+        np.add(od_fixed, od_pad[:, d:], out=c[:2])  # a changeover to on-demand
         if ends:
             done = q < ends
             frac = work_steps - e + q
             c[2] = np.where(done, od_cost * frac, od_cost + ahead[2])
             b[1] = np.where(done, spot_cost * frac, spot_cost + ahead[1])
+            b[1, down] = INF
         else:
             np.add(od_cost, ahead[2], out=c[2])
-            np.add(spot_cost, ahead[1], out=b[1])
-        b[1, down] = INF
+            b[1, rows] = spot_cost + ahead[1, rows]  # (down rows: INF, as set above)
         # a spot changeover begun in an up state: survives through step j or is lost at j
         terms = [
-            lost @ values.get(e + j, beyond)[0, :, j : j + size] + billed
+            lost @ values(e + j)[0, :, j : j + size] + billed
             for j, (lost, billed) in enumerate(lost_at, start=1)
         ]
         terms.append(surv @ later[1, rows, d : d + size] + survived)
-        switch_up = sum(terms[1:], terms[0])  # added left to right, as written out
-        b[0, rows] = switch_up
-        b[2, rows] = switch_up
+        b[::2, rows] = sum(terms[1:], terms[0])  # added left to right, as written out
+        # the first of equals kept (as ``argmin``): the values are the minima
         take_b = b < idle_v
-        low = np.where(take_b, b, idle_v)
+        np.minimum(b, idle_v, out=low)
         take_c = c < low
         actions[e] = np.where(take_c, 2, take_b)
-        value = np.empty((3, n, width))
-        value[:, :, size:] = INF
-        value[:, :, :size] = np.where(take_c, c, low)
+        value = ring[e % len(ring)]
+        np.minimum(c, low, out=value[:, :, :size])
         value[1, down, :size] = value[0, down, :size]
-        values[e] = value
-        values.pop(e + d + 1, None)
     return Table(actions, step_ticks, max_lag, avail)
+
+
+def _as_slice(idx: NDArray[np.intp]) -> slice | NDArray[np.intp]:
+    """``idx`` as a slice when its entries are contiguous (else as it is)."""
+    if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
