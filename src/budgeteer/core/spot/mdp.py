@@ -118,15 +118,12 @@ def solve(
         if d > 1:  # (a changeover of one step reads the values a step on: ``ahead``)
             np.matmul(t_d, later[2, :, :size], out=od_pad[:, :size])
         np.add(od_fixed, od_pad[:, d:], out=c[:2])  # a changeover to on-demand
-        if ends:
-            done = q < ends
-            frac = work_steps - e + q
-            c[2] = np.where(done, od_cost * frac, od_cost + ahead[2])
-            b[1] = np.where(done, spot_cost * frac, spot_cost + ahead[1])
-            b[1, down] = INF
-        else:
-            np.add(od_cost, ahead[2], out=c[2])
-            b[1, rows] = spot_cost + ahead[1, rows]  # (down rows: INF, as set above)
+        np.add(od_cost, ahead[2], out=c[2])  # a step on on-demand, on spot (down rows: INF)
+        b[1, rows] = spot_cost + ahead[1, rows]
+        if ends:  # those that finish are billed for the part of the step they run
+            frac = work_steps - e + q[:ends]
+            c[2, :, :ends] = od_cost * frac
+            b[1, rows, :ends] = spot_cost * frac
         # a spot changeover begun in an up state: survives through step j or is lost at j
         terms = [
             lost @ values(e + j)[0, :, j : j + size] + billed
@@ -138,7 +135,8 @@ def solve(
         take_b = b < idle_v
         np.minimum(b, idle_v, out=low)
         take_c = c < low
-        actions[e] = np.where(take_c, 2, take_b)
+        np.copyto(actions[e], take_b)
+        np.putmask(actions[e], take_c, ON_DEMAND)
         value = ring[e % len(ring)]
         np.minimum(c, low, out=value[:, :, :size])
         value[1, down, :size] = value[0, down, :size]
