@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -146,10 +146,10 @@ def _front(
         sigmas=policy.spot_deadline_sigmas,
     )
     shape = (len(jobs), len(configs))
-    cost = np.broadcast_to(ev.cost_usd, shape)
+    cost = _to(ev.cost_usd, shape)
     finish_hours = ev.finish_hours if wait is None else ev.finish_hours + wait[None, :]
-    finish = np.broadcast_to(finish_hours, shape)
-    reliable = np.broadcast_to(ev.inflation <= policy.max_spot_inflation, shape)
+    finish = _to(finish_hours, shape)
+    reliable = _to(ev.inflation <= policy.max_spot_inflation, shape)
     on_time = reliable & (finish <= horizon)
     feasible = on_time & (cost <= cap)
     reliable_finish = np.where(reliable, finish, math.inf)
@@ -179,7 +179,7 @@ def _front(
 
     def gather(a: FloatArray) -> FloatArray:
         one_row = a.shape == (1, shape[1])  # the same for every job: no broadcast needed
-        g: FloatArray = a[0][cols] if one_row else np.broadcast_to(a, shape)[rows, cols]
+        g: FloatArray = a[0][cols] if one_row else _to(a, shape)[rows, cols]
         return g
 
     arrays = [
@@ -209,6 +209,11 @@ def _front(
         for r in range(len(jobs))
     ]
     return fronts, fastest, fastest_col, cheapest_on_time, slowest
+
+
+def _to(a: npt.NDArray[Any], shape: tuple[int, int]) -> npt.NDArray[Any]:
+    """``a`` broadcast to ``shape`` (itself when it has it already: a job priced alone)."""
+    return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
 def _waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
