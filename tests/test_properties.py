@@ -349,7 +349,10 @@ def test_fronts_cut_from_the_memo_equal_fronts_priced_afresh(
     cut = nominate(later, ready, policy, cache)  # the same offerings: cut from the memo
 
     def direct(snapshot, jobs, _shape, configs, throughput, pol, variant, due, _cache):  # type: ignore[no-untyped-def]
-        return fronts_module.direct_fronts(snapshot, jobs, configs, throughput, pol, variant, due)
+        wait = fronts_module.waits(snapshot, configs)
+        return fronts_module.direct_fronts(
+            snapshot, jobs, configs, throughput, pol, variant, due, wait
+        )
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(candidates_module, "priced_fronts", direct)

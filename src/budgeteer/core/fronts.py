@@ -122,7 +122,7 @@ def _front(
     """Each job's front; also its fastest finish, the placement giving it, its cheapest
     deadline-meeting cost (to explain infeasibility) and its slowest reliable finish (a
     deadline at least that far away rules nothing out). ``wait``: each placement's wait for
-    its offering's room (:func:`_waits`; ``None`` for none, and always for a timeless front,
+    its offering's room (:func:`waits`; ``None`` for none, and always for a timeless front,
     which has no clock at all)."""
     now = snapshot.now
     deadlines = [None if timeless else due.get(j.id, j.deadline) for j in jobs]
@@ -216,7 +216,7 @@ def _to(a: npt.NDArray[Any], shape: tuple[int, int]) -> npt.NDArray[Any]:
     return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
-def _waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
+def waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
     """Hours each placement waits for its offering's room to come back (``None``: none do)."""
     if not snapshot.capacity_back:
         return None
@@ -354,7 +354,7 @@ def priced_fronts(
     itself a front point. Only jobs whose front or fastest placement is on such an offering are
     priced afresh."""
     now = snapshot.now
-    wait = _waits(snapshot, configs)
+    wait = waits(snapshot, configs)
     waiting = None if wait is None else wait > 0
     found: list[Priced | None] = [None] * len(jobs)
     horizons: list[float] = []
@@ -418,7 +418,7 @@ def priced_fronts(
             cache.trim()
     empty = [row for row, p in enumerate(found) if p is None]
     if empty:  # first sight, nothing meets the deadline, or waits matter: price directly
-        direct = _direct(
+        direct = direct_fronts(
             snapshot, [jobs[r] for r in empty], configs, throughput, policy, variant, due, wait
         )
         for row, p in zip(empty, direct, strict=True):
@@ -441,22 +441,10 @@ def direct_fronts(
     policy: Policy,
     variant: Variant,
     due: Mapping[str, datetime],
-) -> list[Priced]:
-    """Each job's :class:`Priced` for ``variant``, priced afresh (no memo)."""
-    wait = _waits(snapshot, configs)
-    return _direct(snapshot, jobs, configs, throughput, policy, variant, due, wait)
-
-
-def _direct(
-    snapshot: Snapshot,
-    jobs: Sequence[Job],
-    configs: Configs,
-    throughput: dict[str, float],
-    policy: Policy,
-    variant: Variant,
-    due: Mapping[str, datetime],
     wait: FloatArray | None,
 ) -> list[Priced]:
+    """Each job's :class:`Priced` for ``variant``, priced afresh (no memo); ``wait``: as
+    :func:`waits` gives it for the snapshot."""
     fronts, fastest, col, cheapest, _ = _front(
         snapshot, jobs, configs, throughput, policy, variant, due, wait
     )
