@@ -178,8 +178,7 @@ def _front(
     sizes = keep[rows, pick].sum(axis=1)
 
     def gather(a: FloatArray) -> FloatArray:
-        one_row = a.shape == (1, shape[1])  # the same for every job: no broadcast needed
-        g: FloatArray = a[0][cols] if one_row else _to(a, shape)[rows, cols]
+        g: FloatArray = _to(a, shape)[rows, cols]
         return g
 
     arrays = [
