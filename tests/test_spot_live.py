@@ -19,6 +19,7 @@ from budgeteer.core.spot import Mode, SpotJob, replay
 from budgeteer.core.spot.decide import Default, ReplayDecider, Situation, TableMemo, decide
 from budgeteer.core.spot.estimate import (
     BUCKET_EDGES,
+    HISTORY_DAYS,
     MAX_PERIODS,
     MarketHistory,
     Period,
@@ -165,6 +166,52 @@ def test_the_online_estimate_converges_to_the_market_it_watches() -> None:
     assert prior.transition[nb - 1, nb] / step == pytest.approx(0.3, rel=0.01)
     assert len(history.periods) == MAX_PERIODS  # every flip closed a period; the oldest dropped
     assert 250 <= len(history.periods_until(t)) <= 350  # four weeks of them (4.5 h a cycle)
+
+
+def _window_one_by_one(history: MarketHistory, now: datetime | None) -> tuple[Period, ...]:
+    """The estimate's window written as the loop it stands for: newest first, each period
+    taken off the four weeks' budget, the one that does not fit cut to what is left."""
+    kept: list[Period] = []
+    budget = HISTORY_DAYS * 24.0
+    for p in reversed(history.periods):
+        if budget <= 0:
+            break
+        kept.append(p if p.hours <= budget else Period(p.up, budget, False))
+        budget -= p.hours
+    kept.reverse()
+    if now is not None and history.up is not None and history.since is not None:
+        kept.append(Period(history.up, history.age_hours(now), False))
+    return tuple(kept)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sightings=st.integers(0, 1600),
+    mean_gap_hours=st.floats(0.01, 10.0),
+    seed=st.integers(0, 2**16),
+    now_after=st.none() | st.floats(0.0, 5.0),
+    step=st.sampled_from([0.05, 1 / 60, 0.3]),
+)
+def test_a_history_kept_as_columns_estimates_as_its_periods_do(
+    sightings: int, mean_gap_hours: float, seed: int, now_after: float | None, step: float
+) -> None:
+    """The service keeps each offering's periods as columns too (an estimate reads them without
+    a pass over 1,000 objects): the window and the chain are the same, to the bit, as those of
+    the periods themselves, sighting after sighting and after a restart from the store's
+    periods. Histories from none to more than MAX_PERIODS periods, within four weeks or
+    running past them; some sightings repeat the state, some come at the same instant."""
+    rng = np.random.default_rng(seed)
+    history, t, up = MarketHistory("spot-a"), NOW, True
+    for _ in range(sightings):
+        t += timedelta(hours=float(rng.exponential(mean_gap_hours)) * (rng.random() > 0.05))
+        up = up is not bool(rng.random() < 0.9)
+        history = history.observe(up, t)
+    now = None if now_after is None else t + timedelta(hours=now_after)
+    assert history.periods_until(now) == _window_one_by_one(history, now)
+    expected = estimate(_window_one_by_one(history, now), step, D)
+    assert history.estimate(now, step, D).transition.tobytes() == expected.transition.tobytes()
+    stored = MarketHistory(history.offering_id, history.periods, history.up, history.since)
+    assert stored.estimate(now, step, D).transition.tobytes() == expected.transition.tobytes()
 
 
 def test_a_market_book_survives_a_restart_from_the_store() -> None:

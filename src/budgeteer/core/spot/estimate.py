@@ -17,7 +17,7 @@ expected to end soon.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -49,6 +49,54 @@ class Period:
     up: bool
     hours: float
     complete: bool
+
+
+B = NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodColumns:
+    """Periods as three columns (oldest first), for estimates without a pass over objects."""
+
+    hours: F
+    up: B
+    complete: B
+
+    @staticmethod
+    def of(periods: tuple[Period, ...] | list[Period]) -> PeriodColumns:
+        """The columns of ``periods``."""
+        return PeriodColumns(
+            np.array([p.hours for p in periods], dtype=np.float64),
+            np.array([p.up for p in periods], dtype=np.bool_),
+            np.array([p.complete for p in periods], dtype=np.bool_),
+        )
+
+    def then(self, period: Period, keep: int) -> PeriodColumns:
+        """These columns with ``period`` appended, the oldest dropped beyond ``keep``."""
+        return PeriodColumns(
+            np.append(self.hours, period.hours)[-keep:],
+            np.append(self.up, period.up)[-keep:],
+            np.append(self.complete, period.complete)[-keep:],
+        )
+
+    def window(self, hours: float) -> PeriodColumns:
+        """The newest periods that fit in ``hours``, the oldest of them cut to what is left and
+        censored: the budget is taken off period by period, newest first, to the same floats as
+        a loop would."""
+        n = len(self.hours)
+        # the budget left before each period, newest first, subtracted one by one
+        left = np.subtract.accumulate(np.concatenate(([hours], self.hours[::-1])))[:n]
+        out = np.flatnonzero(left <= 0)
+        kept = int(out[0]) if len(out) else n
+        if kept == n and (n == 0 or self.hours[0] <= left[n - 1]):
+            return self
+        first = n - kept
+        cut = self.hours[first:].copy()
+        complete = self.complete[first:].copy()
+        if kept and cut[0] > left[kept - 1]:
+            cut[0] = left[kept - 1]
+            complete[0] = False
+        return PeriodColumns(cut, self.up[first:], complete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +153,21 @@ def estimate(
 ) -> Availability:
     """Per-bucket end hazards from ``periods`` (exposure-based), shrunk towards the prior, as a
     chain on steps of ``step_hours``; buckets in units of ``changeover_hours``."""
+    return estimate_columns(PeriodColumns.of(periods), step_hours, changeover_hours)
+
+
+def estimate_columns(
+    columns: PeriodColumns, step_hours: float, changeover_hours: float
+) -> Availability:
+    """:func:`estimate` from periods kept as columns (the service's histories keep them so)."""
     edges_steps = tuple(e * changeover_hours / step_hours for e in BUCKET_EDGES)
     nb = len(edges_steps)
     ends = np.zeros((2, nb))
     exposure = np.zeros((2, nb))
-    if periods:
-        steps = np.array([p.hours for p in periods]) / step_hours
-        up = np.array([p.up for p in periods])
-        complete = np.array([p.complete for p in periods])
+    if len(columns.hours):
+        steps = columns.hours / step_hours
+        up = columns.up
+        complete = columns.complete
         lo = np.array(edges_steps)[:, None]  # every bucket at once: bucket × period
         hi = np.array([*edges_steps[1:], math.inf])[:, None]
         inside = np.maximum(0.0, np.minimum(steps, hi) - lo)
@@ -174,6 +229,15 @@ class MarketHistory:
     since: datetime | None = None
     seen_start: bool = False
     observations: int = 0
+    #: ``periods`` as columns (derived when not given; carried from sighting to sighting)
+    columns: PeriodColumns | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.columns is None:
+            object.__setattr__(self, "columns", PeriodColumns.of(self.periods))
+
+    def _columns(self) -> PeriodColumns:
+        return self.columns if self.columns is not None else PeriodColumns.of(self.periods)
 
     def observe(self, up: bool, at: datetime) -> MarketHistory:
         """Fold in one sighting at ``at`` (sightings arrive in time order; an earlier one than
@@ -181,31 +245,37 @@ class MarketHistory:
         if self.since is not None and at < self.since:
             return self
         seen = self.observations + 1
+        columns = self._columns()
         if self.up is None or self.since is None:
-            return MarketHistory(self.offering_id, self.periods, up, at, False, seen)
+            return MarketHistory(self.offering_id, self.periods, up, at, False, seen, columns)
         if up is self.up:  # (the constructor, not ``replace``: a sighting per offering a cycle)
             return MarketHistory(
-                self.offering_id, self.periods, self.up, self.since, self.seen_start, seen
+                self.offering_id, self.periods, self.up, self.since, self.seen_start, seen, columns
             )
         hours = (at - self.since).total_seconds() / 3600.0
         closed = Period(self.up, hours, self.seen_start)
         periods = (*self.periods, closed)[-MAX_PERIODS:]
-        return MarketHistory(self.offering_id, periods, up, at, True, seen)
+        return MarketHistory(
+            self.offering_id, periods, up, at, True, seen, columns.then(closed, MAX_PERIODS)
+        )
 
     def periods_until(self, now: datetime | None) -> tuple[Period, ...]:
         """The closed periods within the window, and the current one up to ``now`` (censored;
         left out when ``now`` is ``None``)."""
-        kept: list[Period] = []
-        budget = HISTORY_DAYS * 24.0
-        for p in reversed(self.periods):
-            if budget <= 0:
-                break
-            kept.append(p if p.hours <= budget else Period(p.up, budget, False))
-            budget -= p.hours
-        kept.reverse()
+        w = self.window(now)
+        return tuple(
+            Period(u, h, c)
+            for h, u, c in zip(w.hours.tolist(), w.up.tolist(), w.complete.tolist(), strict=True)
+        )
+
+    def window(self, now: datetime | None) -> PeriodColumns:
+        """:meth:`periods_until` as columns: the newest closed periods that fit in
+        :data:`HISTORY_DAYS` (the oldest of them cut to fit and censored), then the current one
+        up to ``now``."""
+        window = self._columns().window(HISTORY_DAYS * 24.0)
         if now is not None and self.up is not None and self.since is not None:
-            kept.append(Period(self.up, max(0.0, (now - self.since).total_seconds() / 3600), False))
-        return tuple(kept)
+            window = window.then(Period(self.up, self.age_hours(now), False), len(window.hours) + 1)
+        return window
 
     def age_hours(self, now: datetime) -> float:
         """How long the current state has lasted (0 when never seen)."""
@@ -219,4 +289,4 @@ class MarketHistory:
         """The chain from what was seen up to ``now`` (the prior alone before any sighting);
         from the closed periods alone when ``now`` is ``None`` (the same chain until the next
         flip, so decisions made meanwhile share their tables)."""
-        return estimate(self.periods_until(now), step_hours, changeover_hours)
+        return estimate_columns(self.window(now), step_hours, changeover_hours)
