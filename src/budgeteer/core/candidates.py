@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from budgeteer.core.fronts import (
@@ -211,14 +211,20 @@ class _Pricing:
     after: Mapping[str, list[Job]]
     reserve: Mapping[str, float]
     price: _Price
+    # what :meth:`within` found, by job and hours (lengthening and waiving a reserve ask
+    # for some dependents' prices again)
+    known: dict[tuple[str, float], float] = field(default_factory=dict, compare=False, repr=False)
 
     def within(self, job: Job, hours: float) -> float:
         """The cost of ``job``'s cheapest plan that finishes within ``hours`` (``inf`` when
         none does, or ``hours`` is not positive)."""
         if hours <= 0.0:
             return math.inf
-        due = {job.id: self.now + timedelta(hours=hours)}
-        return self.price([job], due)[0][job.id].cheapest_usd
+        usd = self.known.get((job.id, hours))
+        if usd is None:
+            due = {job.id: self.now + timedelta(hours=hours)}
+            usd = self.known[(job.id, hours)] = self.price([job], due)[0][job.id].cheapest_usd
+        return usd
 
 
 def _not_worth_it(
@@ -327,8 +333,11 @@ def _longer_pays(
                 break
             plans, quickest = price([job], {job.id: deadline - timedelta(hours=hours)})
             usd = plans[job.id].cheapest_usd
+            bound = (best[0] if best else own + theirs) - _SAME_USD
+            if not usd < bound:
+                continue  # the dependents' plans (never negative) could only add to it
             total = usd + dependents_usd(hours)
-            if math.isfinite(total) and total < (best[0] if best else own + theirs) - _SAME_USD:
+            if math.isfinite(total) and total < bound:
                 best = (total, hours, plans[job.id], quickest[job.id], usd)
         if best is not None:
             total, hours, plan, quick, usd = best

@@ -215,16 +215,26 @@ def _to(a: npt.NDArray[Any], shape: tuple[int, int]) -> npt.NDArray[Any]:
     return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
-def waits(snapshot: Snapshot, configs: Configs) -> FloatArray | None:
-    """Hours each placement waits for its offering's room to come back (``None``: none do)."""
+def waits(
+    snapshot: Snapshot, configs: Configs, cache: FrontCache | None = None
+) -> FloatArray | None:
+    """Hours each placement waits for its offering's room to come back (``None``: none do);
+    the waits by offering kept in ``cache`` for the snapshot's instant when one is given."""
     if not snapshot.capacity_back:
         return None
-    index = configs.table.index
-    by_offering = np.zeros(len(configs.table.offerings))
-    for offering_id, back in snapshot.capacity_back:
-        i = index.get(offering_id)
-        if i is not None:
-            by_offering[i] = max(0.0, (back - snapshot.now).total_seconds() / 3600.0)
+    table = configs.table
+    key = (snapshot.now, snapshot.capacity_back)
+    kept = None if cache is None else cache.offering_waits
+    if kept is not None and kept[1] is table and kept[0] == key:
+        by_offering = kept[2]
+    else:
+        by_offering = np.zeros(len(table.offerings))
+        for offering_id, back in snapshot.capacity_back:
+            i = table.index.get(offering_id)
+            if i is not None:
+                by_offering[i] = max(0.0, (back - snapshot.now).total_seconds() / 3600.0)
+        if cache is not None:
+            cache.offering_waits = (key, table, by_offering)
     wait: FloatArray = by_offering[configs.offering]
     return wait if wait.any() else None
 
@@ -275,6 +285,8 @@ class FrontCache:
         self.fronts: OrderedDict[tuple[object, ...], Priced] = OrderedDict()
         self.seen: OrderedDict[tuple[object, ...], None] = OrderedDict()  # priced once
         self.table: OfferingTable | None = None  # the offerings as arrays, for this world
+        # the outage waits by offering of the last instant priced (see :func:`waits`)
+        self.offering_waits: tuple[tuple[object, ...], OfferingTable, FloatArray] | None = None
 
     def enter(self, snapshot: Snapshot) -> None:
         """Forget everything when ``snapshot`` is of another world than the cached one (call
@@ -353,7 +365,7 @@ def priced_fronts(
     itself a front point. Only jobs whose front or fastest placement is on such an offering are
     priced afresh."""
     now = snapshot.now
-    wait = waits(snapshot, configs)
+    wait = waits(snapshot, configs, cache)
     waiting = None if wait is None else wait > 0
     found: list[Priced | None] = [None] * len(jobs)
     horizons: list[float] = []

@@ -229,15 +229,16 @@ class MarketHistory:
     since: datetime | None = None
     seen_start: bool = False
     observations: int = 0
-    #: ``periods`` as columns (derived when not given; carried from sighting to sighting)
+    #: ``periods`` as columns: derived on the first estimate, then carried from sighting to
+    #: sighting (a flip appends to them)
     columns: PeriodColumns | None = field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.columns is None:
-            object.__setattr__(self, "columns", PeriodColumns.of(self.periods))
-
     def _columns(self) -> PeriodColumns:
-        return self.columns if self.columns is not None else PeriodColumns.of(self.periods)
+        columns = self.columns
+        if columns is None:
+            columns = PeriodColumns.of(self.periods)
+            object.__setattr__(self, "columns", columns)  # derived from ``periods``: a memo
+        return columns
 
     def observe(self, up: bool, at: datetime) -> MarketHistory:
         """Fold in one sighting at ``at`` (sightings arrive in time order; an earlier one than
@@ -245,7 +246,7 @@ class MarketHistory:
         if self.since is not None and at < self.since:
             return self
         seen = self.observations + 1
-        columns = self._columns()
+        columns = self.columns
         if self.up is None or self.since is None:
             return MarketHistory(self.offering_id, self.periods, up, at, False, seen, columns)
         if up is self.up:  # (the constructor, not ``replace``: a sighting per offering a cycle)
@@ -255,9 +256,9 @@ class MarketHistory:
         hours = (at - self.since).total_seconds() / 3600.0
         closed = Period(self.up, hours, self.seen_start)
         periods = (*self.periods, closed)[-MAX_PERIODS:]
-        return MarketHistory(
-            self.offering_id, periods, up, at, True, seen, columns.then(closed, MAX_PERIODS)
-        )
+        if columns is not None:
+            columns = columns.then(closed, MAX_PERIODS)
+        return MarketHistory(self.offering_id, periods, up, at, True, seen, columns)
 
     def periods_until(self, now: datetime | None) -> tuple[Period, ...]:
         """The closed periods within the window, and the current one up to ``now`` (censored;

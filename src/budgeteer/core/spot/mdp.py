@@ -104,8 +104,12 @@ def solve(
     # spot); c: the on-demand option (a changeover, or a step on on-demand) — rewritten at
     # every step but for b's down rows, where spot cannot be had
     b = np.full((3, n, size), INF)
+    total = np.empty((len(up_idx), size))  # the spot changeover's expected cost, summed
+    term = np.empty((len(up_idx), size))
     c = np.empty((3, n, size))
     low = np.empty((3, n, size))
+    take_b = np.empty((3, n, size), dtype=np.bool_)
+    take_c = np.empty((3, n, size), dtype=np.bool_)
 
     for e in range(horizon - 1, -1, -1):
         # lags q ≤ e − work + 1 finish within this step (billed pro rata): the first ``ends``
@@ -124,17 +128,23 @@ def solve(
             frac = work_steps - e + q[:ends]
             c[2, :, :ends] = od_cost * frac
             b[1, rows, :ends] = spot_cost * frac
-        # a spot changeover begun in an up state: survives through step j or is lost at j
-        terms = [
-            lost @ values(e + j)[0, :, j : j + size] + billed
-            for j, (lost, billed) in enumerate(lost_at, start=1)
-        ]
-        terms.append(surv @ later[1, rows, d : d + size] + survived)
-        b[::2, rows] = sum(terms[1:], terms[0])  # added left to right, as written out
+        # a spot changeover begun in an up state: lost at step j = 1 … d (each term added to
+        # the sum as it comes, left to right), or survives all d
+        for j, (lost, billed) in enumerate(lost_at, start=1):
+            np.matmul(lost, values(e + j)[0, :, j : j + size], out=term if j > 1 else total)
+            if j > 1:
+                term += billed
+                total += term
+            else:
+                total += billed
+        np.matmul(surv, later[1, rows, d : d + size], out=term)
+        term += survived
+        total += term
+        b[::2, rows] = total
         # the first of equals kept (as ``argmin``): the values are the minima
-        take_b = b < idle_v
+        np.less(b, idle_v, out=take_b)
         np.minimum(b, idle_v, out=low)
-        take_c = c < low
+        np.less(c, low, out=take_c)
         np.copyto(actions[e], take_b)
         np.putmask(actions[e], take_c, ON_DEMAND)
         value = ring[e % len(ring)]
