@@ -12,6 +12,7 @@ import pytest
 from budgeteer.backends import TraceMarket
 from budgeteer.catalog import Catalog
 from budgeteer.core import Policy, plan_cycle
+from budgeteer.core.candidates import _Pricing
 from budgeteer.core.reserve import DEPENDENT_STARTUP_HOURS, downstream_hours
 from budgeteer.domain.job import Job, JobState
 from budgeteer.domain.offering import Offering
@@ -301,3 +302,28 @@ def test_the_plan_as_data_carries_the_reserve_and_why() -> None:
     [doc] = plan_to_dict(plan_cycle(make_snapshot([up, down], [T4, A100, H100])))["admissions"]
     assert doc["pipeline_reserve_hours"] == pytest.approx(8.0)
     assert doc["pipeline_reserve_why"].startswith("not 2.1 h: their cheapest plans need that long")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cheapest:
+    cheapest_usd: float
+
+
+def test_reserve_pricing_prices_a_dependent_once_per_length() -> None:
+    """Lengthening and waiving reserves ask for some dependents' cheapest plans within the
+    same hours again; the pass remembers each (job, hours) it priced, and a new length is
+    priced anew."""
+    job = make_job("train", hours=2.0, deadline_hours=10.0)
+    asked: list[float] = []
+
+    def price(jobs: object, dues: dict[str, datetime]) -> object:
+        hours = (dues[job.id] - NOW).total_seconds() / 3600.0
+        asked.append(hours)
+        return {job.id: _Cheapest(100.0 / hours)}, {job.id: 1.0}
+
+    pricing = _Pricing(NOW, {}, {}, price)
+    assert pricing.within(job, 4.0) == pytest.approx(25.0)
+    assert pricing.within(job, 4.0) == pytest.approx(25.0)
+    assert pricing.within(job, 5.0) == pytest.approx(20.0)
+    assert pricing.within(job, 0.0) == float("inf")  # no time: nothing priced
+    assert asked == [4.0, 5.0]
