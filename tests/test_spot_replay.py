@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from budgeteer.core.spot import Market, Mode, SpotJob, optimal_decisions, replay, run_policy
+from budgeteer.core.spot.estimate import Availability, estimate
+from budgeteer.core.spot.mdp import solve
 from budgeteer.core.spot.replay import Observation, PolicyError, ReplayDecisions
 
 I, S, O = Mode.IDLE, Mode.SPOT, Mode.ON_DEMAND  # noqa: E741 - short names keep tables legible
@@ -147,3 +149,18 @@ def test_run_policy_names_and_history_cut() -> None:
     assert all(r.met_deadline for r in results.values())
     assert results["optimal"].cost_usd == pytest.approx(2.25)  # one changeover + 2 h on spot
     assert results["on-demand"].cost_usd == pytest.approx(6.75)
+
+
+def test_the_solve_refuses_a_chain_whose_states_are_interleaved() -> None:
+    """The MDP reads the up and the down states as two blocks (as the estimate lays them out);
+    a chain laid out otherwise is refused with a message, not solved on copies that drop its
+    writes."""
+    chain = estimate([], 0.05, 0.2)
+    order = np.array([0, 4, 1, 5, 2, 6, 3, 7])  # up, down, up, down …
+    shuffled = Availability(
+        chain.transition[np.ix_(order, order)], chain.up[order], chain.bucket_steps
+    )
+    with pytest.raises(ValueError, match="availability: the up states and the down states"):
+        solve(10.0, 4, 1, 1.0, 3.0, shuffled, 1)
+    table = solve(10.0, 4, 1, 1.0, 3.0, chain, 1)  # laid out as estimated: solved
+    assert table.actions.shape == (15, 3, 8, 5)

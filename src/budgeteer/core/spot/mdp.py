@@ -66,9 +66,8 @@ def solve(
     n = len(avail.up)
     up_idx = np.flatnonzero(avail.up)
     down_idx = np.flatnonzero(~avail.up)
-    # up and down states as slices where each is contiguous (the estimate puts the up states
-    # first): views, not copies, at every step
-    rows, down = _as_slice(up_idx), _as_slice(down_idx)
+    # up and down states as slices (the estimate puts the up states first): views, not copies
+    rows, down = _span(up_idx), _span(down_idx)
     t = avail.transition
     t_d = np.linalg.matrix_power(t, d)
     t_uu = t[np.ix_(up_idx, up_idx)]
@@ -79,9 +78,6 @@ def solve(
     # (idle, spot next, on-demand) at step e, in ring[e % len(ring)]: only the last d + 1
     # steps are read; the columns past the last lag stay INF
     ring = [np.full((3, n, width), INF) for _ in range(d + 2)]
-
-    def values(e: int) -> F:
-        return beyond if e >= horizon else ring[e % len(ring)]
 
     # a spot changeover begun in an up state: the chance it is lost at step j (and the steps it
     # billed), and that it survives all d — the same for every e, so worked out once
@@ -111,19 +107,33 @@ def solve(
     take_b = np.empty((3, n, size), dtype=np.bool_)
     take_c = np.empty((3, n, size), dtype=np.bool_)
 
+    # every view the loop reads or writes, made once: per ring slot (the last one is
+    # ``beyond``) and for the scratch arrays (indexing costs as much as the arithmetic here)
+    slots = [*ring, beyond]
+    r = len(ring)
+    head = [v[:, :, :size] for v in slots]
+    od_src = [v[2, :, :size] for v in slots]
+    lost_src = [[v[0, :, j : j + size] for j in range(1, d + 1)] for v in slots]
+    surv_src = [v[1, rows, d : d + size] for v in slots]
+    down_spot = [v[1, down, :size] for v in slots]
+    down_idle = [v[0, down, :size] for v in slots]
+    idle_v = ahead_pad[0, :, 1:]  # wait: a step of lag
+    od_head, od_tail = od_pad[:, :size], od_pad[:, d:]
+    c_change, c_stay = c[:2], c[2]
+    ahead_od, ahead_spot = ahead[2], ahead[1, rows]
+    b_stay, b_change = b[1, rows], b[::2, rows]
+
     for e in range(horizon - 1, -1, -1):
         # lags q ≤ e − work + 1 finish within this step (billed pro rata): the first ``ends``
         ends_at = e - work_steps + 1 + 1e-9
         ends = 0 if ends_at < 0 else min(size, math.floor(ends_at) + 1)
-        nxt = values(e + 1)
-        later = values(e + d)
-        np.matmul(t, nxt[:, :, :size], out=ahead)  # the three modes' values a step on
-        idle_v = ahead_pad[0, :, 1:]  # wait: a step of lag
+        at_d = r if e + d >= horizon else (e + d) % r
+        np.matmul(t, head[r if e + 1 >= horizon else (e + 1) % r], out=ahead)  # a step on
         if d > 1:  # (a changeover of one step reads the values a step on: ``ahead``)
-            np.matmul(t_d, later[2, :, :size], out=od_pad[:, :size])
-        np.add(od_fixed, od_pad[:, d:], out=c[:2])  # a changeover to on-demand
-        np.add(od_cost, ahead[2], out=c[2])  # a step on on-demand, on spot (down rows: INF)
-        b[1, rows] = spot_cost + ahead[1, rows]
+            np.matmul(t_d, od_src[at_d], out=od_head)
+        np.add(od_fixed, od_tail, out=c_change)  # a changeover to on-demand
+        np.add(od_cost, ahead_od, out=c_stay)  # a step on on-demand, on spot (down rows: INF)
+        np.add(spot_cost, ahead_spot, out=b_stay)
         if ends:  # those that finish are billed for the part of the step they run
             frac = work_steps - e + q[:ends]
             c[2, :, :ends] = od_cost * frac
@@ -131,30 +141,37 @@ def solve(
         # a spot changeover begun in an up state: lost at step j = 1 … d (each term added to
         # the sum as it comes, left to right), or survives all d
         for j, (lost, billed) in enumerate(lost_at, start=1):
-            np.matmul(lost, values(e + j)[0, :, j : j + size], out=term if j > 1 else total)
+            src = lost_src[r if e + j >= horizon else (e + j) % r][j - 1]
+            np.matmul(lost, src, out=term if j > 1 else total)
             if j > 1:
                 term += billed
                 total += term
             else:
                 total += billed
-        np.matmul(surv, later[1, rows, d : d + size], out=term)
+        np.matmul(surv, surv_src[at_d], out=term)
         term += survived
         total += term
-        b[::2, rows] = total
+        np.copyto(b_change, total)
         # the first of equals kept (as ``argmin``): the values are the minima
         np.less(b, idle_v, out=take_b)
         np.minimum(b, idle_v, out=low)
         np.less(c, low, out=take_c)
-        np.copyto(actions[e], take_b)
-        np.putmask(actions[e], take_c, ON_DEMAND)
-        value = ring[e % len(ring)]
-        np.minimum(c, low, out=value[:, :, :size])
-        value[1, down, :size] = value[0, down, :size]
+        act = actions[e]
+        np.copyto(act, take_b)
+        np.putmask(act, take_c, ON_DEMAND)
+        here = e % r
+        np.minimum(c, low, out=head[here])
+        np.copyto(down_spot[here], down_idle[here])
     return Table(actions, step_ticks, max_lag, avail)
 
 
-def _as_slice(idx: NDArray[np.intp]) -> slice | NDArray[np.intp]:
-    """``idx`` as a slice when its entries are contiguous (else as it is)."""
-    if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
-        return slice(int(idx[0]), int(idx[-1]) + 1)
-    return idx
+def _span(idx: NDArray[np.intp]) -> slice:
+    """``idx`` as a slice: the up states, and the down states, each contiguous (as
+    :func:`~budgeteer.core.spot.estimate.estimate` lays them out: up first), so that the
+    loop's views of them are views, not copies."""
+    if not len(idx) or int(idx[-1]) - int(idx[0]) + 1 != len(idx):
+        raise ValueError(
+            "availability: the up states and the down states must each be contiguous and "
+            f"non-empty (got states {idx.tolist()})"
+        )
+    return slice(int(idx[0]), int(idx[-1]) + 1)
