@@ -258,11 +258,11 @@ class Priced:
 
 
 class FrontCache:
-    """Memos of two pure functions, owned by the caller and passed to :func:`nominate` (the
-    scheduler keeps one for its loop; a one-off plan makes a fresh one). Both are valid for one
-    world — offerings, throughput and egress — and the cache empties itself when a snapshot
-    brings another (compared by value; an unchanged tuple is recognised at once by identity),
-    so no key is an object's ``id``.
+    """Memos of pure functions, owned by the caller and passed to :func:`nominate` (the
+    scheduler keeps one for its loop; a one-off plan makes a fresh one). The first two are
+    valid for one world — offerings, throughput and egress — and the cache empties itself when
+    a snapshot brings another (compared by value; an unchanged tuple is recognised at once by
+    identity), so no key is an object's ``id``.
 
     - **placements**: the pruned placements per (resource shape, policy);
     - **timeless fronts**: each job's whole front with no deadline, per (shape, variant,
@@ -271,7 +271,10 @@ class FrontCache:
       finish sooner, which a deadline it meets keeps too — so the front at ``h`` is the
       timeless front's points with finish ≤ ``h``, cut to ``Policy.max_front``, exactly.
       A timeless front is made on a job's *second* sighting: on the first it is priced for its
-      deadline directly (cheaper, and most jobs are admitted then and never planned again).
+      deadline directly (cheaper, and most jobs are admitted then and never planned again);
+    - **outage waits**: the hours each offering waits for its room (:func:`waits`), for the
+      last instant and ``capacity_back`` priced, with the offering table they index — one
+      entry, replaced whole (a reader sees the old one or the new one, never half of either).
 
     Bounded (least recently used entries go first) and safe to share between threads (one
     lock)."""
