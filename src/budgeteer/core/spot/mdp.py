@@ -123,12 +123,16 @@ def solve(
     ahead_od, ahead_spot = ahead[2], ahead[1, rows]
     b_stay, b_change = b[1, rows], b[::2, rows]
 
+    def slot(e: int) -> int:
+        """The slot holding step ``e``'s values (``beyond`` past the horizon)."""
+        return r if e >= horizon else e % r
+
     for e in range(horizon - 1, -1, -1):
         # lags q ≤ e − work + 1 finish within this step (billed pro rata): the first ``ends``
         ends_at = e - work_steps + 1 + 1e-9
         ends = 0 if ends_at < 0 else min(size, math.floor(ends_at) + 1)
-        at_d = r if e + d >= horizon else (e + d) % r
-        np.matmul(t, head[r if e + 1 >= horizon else (e + 1) % r], out=ahead)  # a step on
+        at_d = slot(e + d)
+        np.matmul(t, head[slot(e + 1)], out=ahead)  # a step on
         if d > 1:  # (a changeover of one step reads the values a step on: ``ahead``)
             np.matmul(t_d, od_src[at_d], out=od_head)
         np.add(od_fixed, od_tail, out=c_change)  # a changeover to on-demand
@@ -141,7 +145,7 @@ def solve(
         # a spot changeover begun in an up state: lost at step j = 1 … d (each term added to
         # the sum as it comes, left to right), or survives all d
         for j, (lost, billed) in enumerate(lost_at, start=1):
-            src = lost_src[r if e + j >= horizon else (e + j) % r][j - 1]
+            src = lost_src[slot(e + j)][j - 1]
             np.matmul(lost, src, out=term if j > 1 else total)
             if j > 1:
                 term += billed
