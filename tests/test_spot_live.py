@@ -16,7 +16,15 @@ from budgeteer.core import Policy
 from budgeteer.core.progress import Sample, Trend
 from budgeteer.core.spot import Market as ReplayMarket
 from budgeteer.core.spot import Mode, SpotJob, replay
-from budgeteer.core.spot.decide import Default, ReplayDecider, Situation, TableMemo, decide
+from budgeteer.core.spot.decide import (
+    Decision,
+    Default,
+    ReplayDecider,
+    Situation,
+    TableMemo,
+    decide,
+    last_uptime_ticks,
+)
 from budgeteer.core.spot.estimate import (
     BUCKET_EDGES,
     HISTORY_DAYS,
@@ -263,6 +271,70 @@ def test_an_on_demand_job_moves_back_to_spot_when_it_is_up_and_the_slack_is_ampl
     assert move.outcome is AttemptOutcome.TO_SPOT
     assert "leave on-demand" in move.cause
     assert "spot-a is up" in move.cause
+
+
+def _flickered(book: MarketBook, spot: object, back_minutes_ago: float) -> None:
+    """Down, up for one minute, down again, and up since ``back_minutes_ago``."""
+    for up, minutes_ago in ((False, 240), (True, 180), (False, 179), (True, back_minutes_ago)):
+        book.observe(spot, up, NOW - timedelta(minutes=minutes_ago))  # type: ignore[arg-type]
+
+
+def test_an_on_demand_job_waits_out_a_spot_that_follows_a_short_uptime() -> None:
+    # two hours of slack: without the hold this job moves back to spot at once
+    job = make_job(deadline_hours=6.0, restart_seconds=300)
+    od = _attempt("od", "on_demand")
+    live, book, o = _world()
+    _flickered(book, o["spot"], back_minutes_ago=1)
+    assert book.history("spot-a").last_uptime_hours() == pytest.approx(1 / 60)
+    assert live.move(job, od, _trend(4.0), list, NOW) is None  # held on on-demand
+    live, book, o = _world()
+    _flickered(book, o["spot"], back_minutes_ago=120)  # this uptime has lasted two hours
+    move = live.move(job, od, _trend(4.0), list, NOW)
+    assert move is not None
+    assert move.outcome is AttemptOutcome.TO_SPOT
+
+
+def test_the_flicker_hold_keeps_on_demand_only_while_both_uptimes_are_short() -> None:
+    memo = TableMemo()
+
+    def asked(last: float | None, age: float) -> Decision:
+        s = _situation(
+            mode=Mode.ON_DEMAND,
+            spot_up=True,
+            spot_age_hours=age,
+            last_uptime_hours=last,
+            spot_usd_per_hour=0.5,
+        )
+        return decide(s, PRIOR, memo)
+
+    held = asked(0.1, 0.0)  # the last uptime lasted 6 min, under two changeovers
+    assert held.mode is Mode.ON_DEMAND
+    assert "flicker hold: spot's last uptime lasted 6 min" in held.reason
+    assert asked(0.1, 2 * D).mode is Mode.SPOT  # this uptime has outlasted the hold
+    assert asked(2 * D, 0.0).mode is Mode.SPOT  # the last one was not short
+    assert asked(None, 0.0).mode is Mode.SPOT  # not known: no hold
+    idle = decide(_situation(spot_up=True, spot_age_hours=0.0, last_uptime_hours=0.1), PRIOR, memo)
+    assert "flicker" not in idle.netted  # only a move back from on-demand is held
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.integers(1, 30), min_size=1, max_size=12), first_up=st.booleans())
+def test_the_last_uptime_is_the_same_read_from_a_trace_and_from_its_sightings(
+    runs: list[int], first_up: bool
+) -> None:
+    g = 0.05
+    trace = np.concatenate(
+        [np.full(n, first_up if i % 2 == 0 else not first_up) for i, n in enumerate(runs)]
+    )
+    history = MarketHistory("spot-a")
+    for i, up in enumerate(trace.tolist()):
+        history = history.observe(up, NOW + timedelta(hours=i * g))
+    ticks = last_uptime_ticks(trace)
+    got = history.last_uptime_hours()
+    if ticks is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(ticks * g)
 
 
 def test_no_move_back_while_spot_is_down_latched_or_without_an_eta() -> None:

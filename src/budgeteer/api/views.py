@@ -221,6 +221,7 @@ def spot_decision_view(r: SpotDecisionRecord) -> dict[str, Any]:
             "spot_usd_per_hour": s.spot_usd_per_hour,
             "on_demand_usd_per_hour": s.on_demand_usd_per_hour,
             "tick_hours": s.tick_hours,
+            "last_uptime_hours": s.last_uptime_hours,
         },
     }
 

@@ -363,6 +363,7 @@ class LiveSpot:
             spot_up=spot_up,
             spot_age_hours=market.age_hours(now),
             tick_hours=epoch.tick_hours,
+            last_uptime_hours=market.last_uptime_hours(),
         )
         return decide(situation, epoch.availability, self.memo)
 

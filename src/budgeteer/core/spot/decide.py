@@ -13,7 +13,10 @@ market estimate (memoised by the caller's :class:`TableMemo`), and each decision
 table at the position (elapsed, done, mode, spot up or down and for how long). The replay runs
 one epoch per run; the service starts a new one when the estimate or the plan moved. An exact
 safety net sits on top: never a spot changeover with less than 2d of slack, never a wait with
-less than d + one tick — so a job that on-demand from the start could finish never misses.
+less than d + one tick — so a job that on-demand from the start could finish never misses. Beside
+it the *flicker hold* keeps a job on on-demand while spot repeats a short uptime (the last one,
+and this one so far, under :data:`FLICKER_CHANGEOVERS` changeovers): short uptimes come in runs,
+which the chain cannot see.
 
 Example: C = 4 h, R = 6 h, d = 0.2 h, spot down for 10 min in a market whose outages are short:
 ``idle`` ("wait for spot: down 10 min, slack 2.0 h"); the same job with 0.35 h of slack left:
@@ -35,6 +38,11 @@ from budgeteer.core.spot.replay import Decider, Market, Mode, Observation, SpotJ
 
 #: The table of an epoch is cut at this many steps (the step grows for longer epochs).
 MAX_STEPS = 4000
+#: The flicker hold, in changeovers: a job on on-demand does not move back to spot while the
+#: spot is younger than this, when spot's last uptime was shorter than this too. Short uptimes
+#: come in runs on every trace of the suite (``benchmarks/spot_market_stats.py``), which the
+#: semi-Markov chain, forgetting everything at a flip, cannot see.
+FLICKER_CHANGEOVERS = 2.0
 #: A market's estimate is taken up again once it has seen this share more periods (and two
 #: more) than the estimate in use — in the replay as in the service.
 REESTIMATE_GROWTH = 0.25
@@ -58,7 +66,9 @@ class Situation:
     and on-demand prices per hour. The position: ``elapsed_hours`` and ``done_hours`` since the
     epoch began, the ``mode`` held now and the changeover still to run in it, whether spot can
     be had now and for how long it has been so. ``tick_hours``: how often decisions are made
-    (a trace's tick; the service's cycle), which sets the MDP's step.
+    (a trace's tick; the service's cycle), which sets the MDP's step. ``last_uptime_hours``:
+    how long spot's last closed uptime lasted, when both its ends were seen (``None``: not
+    known) — read by the flicker hold (:data:`FLICKER_CHANGEOVERS`).
     """
 
     work_hours: float
@@ -73,6 +83,7 @@ class Situation:
     spot_up: bool
     spot_age_hours: float
     tick_hours: float
+    last_uptime_hours: float | None = None
 
     @property
     def slack_hours(self) -> float:
@@ -171,10 +182,27 @@ def decide(s: Situation, availability: Availability, memo: TableMemo) -> Decisio
     if action == SPOT and (not s.spot_up or (s.mode is not Mode.SPOT and slack < 2 * d - 1e-9)):
         action = ON_DEMAND
         netted = "; safety net: the slack is below two changeovers"
+    elif action == SPOT and s.mode is Mode.ON_DEMAND and _flickering(s):
+        action = ON_DEMAND
+        netted = (
+            f"; flicker hold: spot's last uptime lasted {(s.last_uptime_hours or 0.0) * 60:.0f} "
+            f"min, so on-demand is kept until this one has lasted "
+            f"{FLICKER_CHANGEOVERS * d * 60:.0f} min (counting this tick)"
+        )
     if action == IDLE and slack < d + g - 1e-9:
         action = ON_DEMAND
         netted = "; safety net: the slack is below a changeover and a tick"
     return Decision(_MODES[action], s, netted)
+
+
+def _flickering(s: Situation) -> bool:
+    """Whether spot is in a run of short uptimes: the last one, and this one so far (counting
+    the tick it is seen in), shorter than :data:`FLICKER_CHANGEOVERS` changeovers."""
+    short = FLICKER_CHANGEOVERS * s.changeover_hours - 1e-9
+    last = s.last_uptime_hours
+    return (
+        s.spot_up and last is not None and last < short and s.spot_age_hours + s.tick_hours < short
+    )
 
 
 def _why(s: Situation, mode: Mode) -> str:
@@ -214,6 +242,22 @@ class Default:
         return ReplayDecider(job, availability, price, k, TableMemo(size=2), window, _flips(seen))
 
 
+def last_uptime_ticks(available: NDArray[np.bool_]) -> int | None:
+    """How many ticks the last up run before the current run of a sampled availability
+    series lasted, when both its ends are in the series (``None`` when none is)."""
+    n = len(available)
+    span = 512
+    while True:
+        seen = available[-span:]
+        changes = np.flatnonzero(seen[:-1] != seen[1:])
+        before = 3 if seen[-1] else 2  # changes back to the start of the up run before
+        if len(changes) >= before:
+            return int(changes[-before + 1] - changes[-before])
+        if span >= n:
+            return None
+        span *= 4
+
+
 def _flips(available: NDArray[np.bool_]) -> int:
     """How many times a sampled availability series changed (its closed periods)."""
     return int(np.count_nonzero(available[1:] != available[:-1]))
@@ -239,6 +283,7 @@ class ReplayDecider:
         h = obs.history[-int(oldest) - 1 :]
         changes = np.flatnonzero(h[:-1] != h[1:])
         age_ticks = len(h) - 1 - int(changes[-1]) - 1 if len(changes) else len(h) - 1
+        last = last_uptime_ticks(obs.history[-self.window :] if self.window else obs.history)
         return Situation(
             work_hours=self.job.work_hours,
             deadline_hours=self.job.deadline_hours,
@@ -252,6 +297,7 @@ class ReplayDecider:
             spot_up=obs.spot_available,
             spot_age_hours=age_ticks * obs.gap_hours,
             tick_hours=obs.gap_hours,
+            last_uptime_hours=None if last is None else last * obs.gap_hours,
         )
 
     def decide(self, obs: Observation) -> Mode:

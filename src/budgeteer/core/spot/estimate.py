@@ -278,6 +278,14 @@ class MarketHistory:
             window = window.then(Period(self.up, self.age_hours(now), False), len(window.hours) + 1)
         return window
 
+    def last_uptime_hours(self) -> float | None:
+        """How long the last closed up period lasted, when both its ends were seen (``None``
+        when there is none, or its start was only a first sighting)."""
+        for period in reversed(self.periods):
+            if period.up:
+                return period.hours if period.complete else None
+        return None
+
     def age_hours(self, now: datetime) -> float:
         """How long the current state has lasted (0 when never seen)."""
         if self.since is None:
