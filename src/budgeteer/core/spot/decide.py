@@ -246,6 +246,8 @@ def last_uptime_ticks(available: NDArray[np.bool_]) -> int | None:
     """How many ticks the last up run before the current run of a sampled availability
     series lasted, when both its ends are in the series (``None`` when none is)."""
     n = len(available)
+    if n == 0:
+        return None
     span = 512
     while True:
         seen = available[-span:]
