@@ -51,7 +51,7 @@ def test_explain_gives_the_spot_deciders_latest_move_as_data(world: World) -> No
     job_id = world.http.post("/v1/jobs", json=job_spec(), headers=g).json()["id"]
     now = world.clock.now()
     waited = Situation(4.0, 6.0, 0.2, 0.9, 3.06, 0.5, 0.25, Mode.IDLE, 0.0, False, 0.5, 1 / 60)
-    late = dataclasses.replace(waited, elapsed_hours=1.9)
+    late = dataclasses.replace(waited, elapsed_hours=1.9, last_uptime_hours=0.25)
     for at, situation in ((now, waited), (now + timedelta(minutes=5), late)):
         world.store.add_spot_decision(
             SpotDecisionRecord(
@@ -69,6 +69,7 @@ def test_explain_gives_the_spot_deciders_latest_move_as_data(world: World) -> No
     assert why["numbers"]["elapsed_hours"] == 1.9
     assert why["numbers"]["slack_hours"] == pytest.approx(6.0 - 1.9 - 3.75)
     assert why["numbers"]["spot_up"] is False
+    assert why["numbers"]["last_uptime_hours"] == 0.25  # kept with the rest of the situation
     assert why["reason"].startswith("spot decider: take on-demand now (spot down 30 min")
     assert why["safety_net"] is None
 

@@ -18,6 +18,7 @@ from budgeteer.core.spot.decide import Situation
 from budgeteer.core.spot.estimate import MarketHistory, Period
 from budgeteer.core.spot.replay import Mode
 from budgeteer.store import PricePoint, SignalRecord, SpotDecisionRecord, SqlStore, Store, schema
+from budgeteer.store.sql_support import situation_from_json, situation_json
 from builders import NOW
 
 
@@ -125,7 +126,7 @@ def test_spot_decisions_are_kept_newest_first_with_every_number(store: Store) ->
         wait,
         "; safety net: the slack is below a changeover and a tick",
     )
-    back = dataclasses.replace(wait, mode=Mode.ON_DEMAND, spot_up=True)
+    back = dataclasses.replace(wait, mode=Mode.ON_DEMAND, spot_up=True, last_uptime_hours=1 / 7)
     second = SpotDecisionRecord(
         "churn-1", 7, NOW + timedelta(hours=1), "to_spot", "aws/az1/p3/spot", Mode.SPOT, back
     )
@@ -141,10 +142,22 @@ def test_spot_decisions_are_kept_newest_first_with_every_number(store: Store) ->
     assert kept[2].situation.elapsed_hours == 1 / 3  # exactly
     assert kept[1].attempt_id == 7
     assert kept[1].situation.mode is Mode.ON_DEMAND
+    assert kept[1].situation.last_uptime_hours == 1 / 7  # exactly
     assert store.spot_decisions("churn-1") == kept[1:]
     assert store.spot_decisions("churn-1", limit=1) == [kept[1]]
     assert store.spot_decisions("nobody") == []
     assert kept[0].at == NOW + timedelta(hours=2)  # times keep their zone
+
+
+def test_a_situation_kept_before_the_last_uptime_was_read_loads_without_it() -> None:
+    now = Situation(
+        4.0, 6.0, 0.2, 0.9, 3.06, 0.5, 0.25, Mode.ON_DEMAND, 0.0, True, 0.1, 1 / 60, 0.1
+    )
+    text = situation_json(now)
+    assert situation_from_json(text) == now
+    old = text.replace(', "last_uptime_hours": 0.1', "")  # a row written by session 29's code
+    assert "last_uptime_hours" not in old
+    assert situation_from_json(old) == dataclasses.replace(now, last_uptime_hours=None)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
