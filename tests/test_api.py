@@ -401,6 +401,7 @@ def test_offerings_show_what_the_spot_decider_knows_of_each_market(world: World)
     assert market["periods"] == len(seen.periods)
     assert market["mean_uptime_hours"] == pytest.approx(3.0)
     assert market["mean_outage_hours"] == pytest.approx(0.5)
+    assert market["last_uptime_hours"] == pytest.approx(3.0)  # what the flicker hold reads
     # short outages end fast: a fresh one is far likelier to end than a fresh uptime
     hazards = market["hazard_per_hour"]
     assert hazards["down_to_up"]["age>=0h"] > hazards["up_to_down"]["age>=0h"]

@@ -179,6 +179,7 @@ def _market(m: MarketHistory, now: datetime) -> dict[str, Any]:
         "periods": len(m.periods),
         "mean_uptime_hours": mean_hours(m.periods, True),
         "mean_outage_hours": mean_hours(m.periods, False),
+        "last_uptime_hours": m.last_uptime_hours(),
         "hazard_per_hour": {
             "up_to_down": {
                 e: round(chain.transition[b, nb] / step, 4) for b, e in enumerate(edges)
