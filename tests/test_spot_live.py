@@ -314,7 +314,8 @@ def test_the_flicker_hold_keeps_on_demand_only_while_both_uptimes_are_short() ->
     assert asked(2 * D, 0.0).mode is Mode.SPOT  # the last one was not short
     assert asked(None, 0.0).mode is Mode.SPOT  # not known: no hold
     idle = decide(_situation(spot_up=True, spot_age_hours=0.0, last_uptime_hours=0.1), PRIOR, memo)
-    assert "flicker" not in idle.netted  # only a move back from on-demand is held
+    assert idle.mode is Mode.SPOT  # only a move back from on-demand is held: a wait ends
+    assert "flicker" not in idle.reason
 
 
 @settings(max_examples=60, deadline=None)
