@@ -318,6 +318,36 @@ def test_the_flicker_hold_keeps_on_demand_only_while_both_uptimes_are_short() ->
     assert "flicker" not in idle.reason
 
 
+def test_a_waiting_job_takes_spot_once_it_has_been_up_two_changeovers() -> None:
+    # a market where young spot dies within minutes and old spot lasts a day: the chain alone
+    # waits out a young spot to save a changeover's money, whatever the slack
+    periods = [Period(True, 0.1, True), Period(False, 0.1, True)] * 40
+    periods += [Period(True, 30.0, True), Period(False, 0.1, True)] * 5
+    chain = estimate(periods, 0.05, D)
+    memo = TableMemo()
+
+    def asked(age: float, mode: Mode = Mode.IDLE, **kw: object) -> Decision:
+        s = _situation(
+            work_hours=4.0, deadline_hours=12.0, mode=mode, spot_up=True, spot_age_hours=age
+        )
+        return decide(dataclasses.replace(s, **kw), chain, memo)  # type: ignore[arg-type]
+
+    young = asked(0.0)
+    assert young.mode is Mode.IDLE
+    assert "spot proven" not in young.reason
+    # two changeovers are 24 min: at 20 min the next tick (3 min) is not there yet
+    assert asked(2 * D - 0.05 - 0.01).mode is Mode.IDLE
+    proven = asked(2 * D - 0.05)
+    assert proven.mode is Mode.SPOT
+    assert "spot proven: up 21 min, 24 min or more counting this tick" in proven.reason
+    # the safety net first: without two changeovers of slack no spot changeover begins
+    short = asked(1.0, elapsed_hours=7.7)
+    assert short.slack_hours < 2 * D
+    assert short.mode is not Mode.SPOT
+    # only a waiting job: one on on-demand is the MDP's (and the flicker hold's) to decide
+    assert "spot proven" not in asked(1.0, Mode.ON_DEMAND).reason
+
+
 @settings(max_examples=60, deadline=None)
 @given(runs=st.lists(st.integers(1, 600), min_size=1, max_size=8), first_up=st.booleans())
 def test_the_last_uptime_is_the_same_read_from_a_trace_and_from_its_sightings(

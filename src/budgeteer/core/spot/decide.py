@@ -16,7 +16,8 @@ safety net sits on top: never a spot changeover with less than 2d of slack, neve
 less than d + one tick — so a job that on-demand from the start could finish never misses. Beside
 it the *flicker hold* keeps a job on on-demand while spot repeats a short uptime (the last one,
 and this one so far, under :data:`FLICKER_CHANGEOVERS` changeovers): short uptimes come in runs,
-which the chain cannot see.
+which the chain cannot see. And a job waiting for spot takes a spot that has been up
+:data:`PROVEN_CHANGEOVERS` changeovers, even where the chain would wait longer.
 
 Example: C = 4 h, R = 6 h, d = 0.2 h, spot down for 10 min in a market whose outages are short:
 ``idle`` ("wait for spot: down 10 min, slack 2.0 h"); the same job with 0.35 h of slack left:
@@ -43,6 +44,12 @@ MAX_STEPS = 4000
 #: come in runs on every trace of the suite (``benchmarks/spot_market_stats.py``), which the
 #: semi-Markov chain, forgetting everything at a flip, cannot see.
 FLICKER_CHANGEOVERS = 2.0
+#: A job waiting for spot takes it once spot has been up this many changeovers (counting the
+#: tick it is seen in), even where the chain would wait on: estimated on four weeks, the chain
+#: can make a young spot look so likely to die that waiting out its first hour saves a
+#: changeover's money, and the slack that waiting burns is what a later long outage needs
+#: (session 31, ``benchmarks/README.md``: 1.0576 → 1.0564 × optimal).
+PROVEN_CHANGEOVERS = 2.0
 #: A market's estimate is taken up again once it has seen this share more periods (and two
 #: more) than the estimate in use — in the replay as in the service.
 REESTIMATE_GROWTH = 0.25
@@ -189,6 +196,13 @@ def decide(s: Situation, availability: Availability, memo: TableMemo) -> Decisio
             f"min, so on-demand is kept until this one has lasted "
             f"{FLICKER_CHANGEOVERS * d * 60:.0f} min (counting this tick)"
         )
+    if action == IDLE and _proven(s) and slack >= 2 * d - 1e-9:
+        action = SPOT
+        netted = (
+            f"; spot proven: up {s.spot_age_hours * 60:.0f} min, "
+            f"{PROVEN_CHANGEOVERS * d * 60:.0f} min or more counting this tick, so a waiting "
+            "job takes it"
+        )
     if action == IDLE and slack < d + g - 1e-9:
         action = ON_DEMAND
         netted = "; safety net: the slack is below a changeover and a tick"
@@ -202,6 +216,16 @@ def _flickering(s: Situation) -> bool:
     last = s.last_uptime_hours
     return (
         s.spot_up and last is not None and last < short and s.spot_age_hours + s.tick_hours < short
+    )
+
+
+def _proven(s: Situation) -> bool:
+    """Whether a waiting job sees spot up for :data:`PROVEN_CHANGEOVERS` changeovers or more
+    (counting the tick it is seen in)."""
+    return (
+        s.mode is Mode.IDLE
+        and s.spot_up
+        and s.spot_age_hours + s.tick_hours >= PROVEN_CHANGEOVERS * s.changeover_hours - 1e-9
     )
 
 
