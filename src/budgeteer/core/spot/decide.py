@@ -209,24 +209,28 @@ def decide(s: Situation, availability: Availability, memo: TableMemo) -> Decisio
     return Decision(_MODES[action], s, netted)
 
 
+def _lasted(s: Situation, changeovers: float) -> bool:
+    """Whether spot, up now, has been up ``changeovers`` changeovers or more, counting the tick
+    it is seen in — the one way both rules beside the MDP count spot's age."""
+    return s.spot_up and s.spot_age_hours + s.tick_hours >= changeovers * s.changeover_hours - 1e-9
+
+
 def _flickering(s: Situation) -> bool:
     """Whether spot is in a run of short uptimes: the last one, and this one so far (counting
     the tick it is seen in), shorter than :data:`FLICKER_CHANGEOVERS` changeovers."""
-    short = FLICKER_CHANGEOVERS * s.changeover_hours - 1e-9
     last = s.last_uptime_hours
     return (
-        s.spot_up and last is not None and last < short and s.spot_age_hours + s.tick_hours < short
+        s.spot_up
+        and last is not None
+        and last < FLICKER_CHANGEOVERS * s.changeover_hours - 1e-9
+        and not _lasted(s, FLICKER_CHANGEOVERS)
     )
 
 
 def _proven(s: Situation) -> bool:
     """Whether a waiting job sees spot up for :data:`PROVEN_CHANGEOVERS` changeovers or more
     (counting the tick it is seen in)."""
-    return (
-        s.mode is Mode.IDLE
-        and s.spot_up
-        and s.spot_age_hours + s.tick_hours >= PROVEN_CHANGEOVERS * s.changeover_hours - 1e-9
-    )
+    return s.mode is Mode.IDLE and _lasted(s, PROVEN_CHANGEOVERS)
 
 
 def _why(s: Situation, mode: Mode) -> str:
