@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from budgeteer.backends.jobuser import job_environment
 from budgeteer.catalog import EgressRate, EgressTable
 from budgeteer.core import Allocation, Snapshot
 from budgeteer.domain.budget import Budget, Period, Scope, ScopeKind, SpendRecord
@@ -158,3 +160,10 @@ def make_snapshot(
         running=tuple(running),
     )
     return dataclasses.replace(snap, **changes) if changes else snap
+
+
+def job_env(**own: str) -> dict[str, str]:
+    """The environment a job launched by a backend sees, here, with ``own`` on top: for the
+    uninterrupted baseline runs the tests compare a scheduled job's model with to the bit, so
+    that both run the numeric libraries the same way whatever the host sets."""
+    return job_environment(os.environ, (), own)

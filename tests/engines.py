@@ -31,6 +31,7 @@ from budgeteer.spec.batch import jobs_from_specs
 from budgeteer.spec.job import JobSpec
 from budgeteer.store import Attempt, SqlStore
 from budgeteer.store.leader import LocalLeaderLock
+from builders import job_env
 from test_cli import budgeteer
 
 PY = sys.executable
@@ -139,7 +140,7 @@ def resume_story(
         [PY, str(script), *args, "--out", str(baseline)],
         check=True,
         timeout=120,
-        env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
+        env=job_env(BUDGETEER_CHECKPOINT_DIR=str(tmp_path / "base")),
     )
     full = load_catalog()
     catalog = dataclasses.replace(

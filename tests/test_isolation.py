@@ -166,12 +166,17 @@ def test_a_jobs_environment_is_built_not_inherited() -> None:
         "BUDGETEER_METRICS_TOKEN": "secret",
         "DATABASE_URL": "postgresql://u:p@db/x",
         "WANDB_API_KEY": "k",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "OMP_NUM_THREADS": "4",
+        "OPENBLAS_L2_SIZE": "512",
     }
     env = job_environment(service, ["WANDB_API_KEY"], {"BUDGETEER_JOB_ID": "j"})
     assert env == {
         "PATH": "/usr/bin",
         "LANG": "C.UTF-8",
         "WANDB_API_KEY": "k",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "OMP_NUM_THREADS": "4",
         "BUDGETEER_JOB_ID": "j",
     }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from budgeteer.domain.offering import Market
 from budgeteer.domain.outcome import AttemptOutcome
 from budgeteer.scheduler import Scheduler
 from budgeteer.store import SqlStore
-from builders import EGRESS, THROUGHPUT, make_job, make_offering
+from builders import EGRESS, THROUGHPUT, job_env, make_job, make_offering
 
 T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
 SCRIPT = Path(__file__).parents[1] / "examples" / "train_linear.py"
@@ -48,7 +47,7 @@ def _cycle_until(
 def _baseline(tmp_path: Path) -> Path:
     """The model of an uninterrupted run of the example script."""
     baseline = tmp_path / "baseline.npy"
-    env = {**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base-ckpt")}
+    env = job_env(BUDGETEER_CHECKPOINT_DIR=str(tmp_path / "base-ckpt"))
     subprocess.run(
         [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
         env=env,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import numpy as np
 
 from budgeteer.domain.job import JobState
 from budgeteer.store import SqlStore
+from builders import job_env
 from test_cli import budgeteer
 
 SCRIPT = Path(__file__).parents[1] / "examples" / "train_linear.py"
@@ -28,7 +28,7 @@ def test_sigkill_the_scheduler_ten_times(tmp_path: Path, job_python: str) -> Non
     subprocess.run(
         [sys.executable, str(SCRIPT), *ARGS, "--out", str(baseline)],
         check=True,
-        env={**os.environ, "BUDGETEER_CHECKPOINT_DIR": str(tmp_path / "base")},
+        env=job_env(BUDGETEER_CHECKPOINT_DIR=str(tmp_path / "base")),
     )
     cfg = tmp_path / "budgeteer.yaml"
     cfg.write_text(
