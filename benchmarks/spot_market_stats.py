@@ -17,16 +17,27 @@ weeks) of the zone itself, of the other zones of its region, of all other zones 
 all zones pooled; printed: the median of |log(predicted ÷ actual)| per zone
 (windows with at least one flip), and the correlation of the zones' availability.
 
-Last, whether short uptimes come in runs (session 26): per trace, the share of uptimes shorter
+Then whether short uptimes come in runs (session 26): per trace, the share of uptimes shorter
 than two changeovers (the suite's 0.2 h in whole ticks) after a short uptime and after a long
-one, and the mean uptime after each::
+one, and the mean uptime after each.
+
+Then, for the traces recorded side by side, whether the siblings' state *now* tells a zone's
+next flip (session 33): per trace, the preemptions per hour of spot and the recoveries per hour
+of outage by how many of its sibling zones (same folder, tick and length) are down at the tick.
+
+Last, whether the spot price warns of preemptions (session 33): per trace with a price series
+(the r5 traces' own, the V100 zones' from ``--prices``), how often the price changes, and the
+preemptions per hour of spot in the hour after a rise, in the hour after a fall, and at other
+times; and by quartile of the price in force::
 
     python benchmarks/spot_market_stats.py [--traces tests/data/spot-traces] [--block-hours 3]
+        [--prices tests/data/spot-prices/v100_spot_prices.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Sequence
 from itertools import pairwise
@@ -37,7 +48,7 @@ from scipy.stats import spearmanr
 
 from budgeteer.cli.spot import suite_traces, whole_ticks
 from budgeteer.core.spot.estimate import HISTORY_DAYS, periods_of
-from budgeteer.traces import load_trace
+from budgeteer.traces import load_price_series, load_trace
 
 
 def _rank_corr(pairs: list[tuple[float, float]]) -> str:
@@ -137,11 +148,92 @@ def flickers(paths: Sequence[Path]) -> None:
         )
 
 
+def sibling_state(paths: Sequence[Path]) -> None:
+    """A zone's preemption and recovery rates by how many of its siblings are down now."""
+    groups: dict[tuple[Path, float, int], list[tuple[str, np.ndarray]]] = {}
+    for path in paths:
+        tr = load_trace(path)
+        a = np.array(tr.available) >= 1
+        groups.setdefault((path.parent, tr.gap_hours, len(a)), []).append((path.stem, a))
+    print(
+        "\nby the number of sibling zones down at the tick (0, 1, 2, …): preemptions per hour "
+        "of spot (count/hours=rate) | recoveries per hour of outage"
+    )
+    for (_, g, _), zones in groups.items():
+        if len(zones) < 3:
+            continue
+        for name, a in zones:
+            down = sum((~b).astype(int) for other, b in zones if other != name)
+            up, out = np.r_[a[:-1], False], np.r_[~a[:-1], False]
+            flips, recoveries = np.r_[a[:-1] & ~a[1:], False], np.r_[~a[:-1] & a[1:], False]
+            pre = " ".join(_per_hour(flips, up, down == k, g).strip() for k in range(len(zones)))
+            rec = " ".join(
+                f"{recoveries[down == k].sum() / (out[down == k].sum() * g):.2f}"
+                if out[down == k].any()
+                else "–"
+                for k in range(len(zones))
+            )
+            print(f"{name[:22]:<22} {pre} | {rec}")
+
+
+def _per_hour(flips: np.ndarray, up: np.ndarray, where: np.ndarray, g: float) -> str:
+    """Preemptions per hour of spot over the ticks ``where`` ("count/hours=rate")."""
+    k, h = int(flips[where].sum()), float(up[where].sum()) * g
+    return f"{k:3d}/{h:4.0f}h={k / h:4.2f}" if h > 0 else "      –      "
+
+
+def price_signal(paths: Sequence[Path], prices_file: Path | None) -> None:
+    """Whether preemptions follow price moves, or come more at some price levels."""
+    print(
+        "\npreemptions per hour of spot by the price (count/spot hours=rate); "
+        "`after rise` = within an hour of a price rise:"
+    )
+    print(
+        "trace                  changes  after rise        after fall        other times"
+        "       | by price quartile, low → high"
+    )
+    doc_keys = set()
+    if prices_file is not None and prices_file.exists():
+        doc_keys = set(json.loads(prices_file.read_text()))
+    for path in paths:
+        tr = load_trace(path)
+        if tr.prices is not None:
+            price = np.array(tr.prices)
+        elif prices_file is not None and path.stem in doc_keys:
+            price = np.array(load_price_series(prices_file, path.stem)[0])
+        else:
+            continue
+        g = tr.gap_hours
+        a = (np.array(tr.available) >= 1)[: len(price)]
+        price = price[: len(a)]
+        # tick i is "up" when spot runs into it; a preemption is an up tick followed by a down
+        up = np.r_[a[:-1], False]
+        flips = np.r_[a[:-1] & ~a[1:], False]
+        hour = round(1 / g)
+        move = np.r_[0.0, np.diff(price)]
+        rise, fall = np.zeros(len(a), bool), np.zeros(len(a), bool)
+        for i in np.flatnonzero(move):
+            (rise if move[i] > 0 else fall)[i : i + hour] = True
+        fall &= ~rise
+        other = ~rise & ~fall
+        edges = np.quantile(price[up], [0.25, 0.5, 0.75])
+        quart = np.digitize(price, edges)
+        levels = " ".join(_per_hour(flips, up, quart == q, g) for q in range(4))
+        print(
+            f"{path.stem[:22]:<22} {np.count_nonzero(move):7d}  "
+            f"{_per_hour(flips, up, rise, g)}  {_per_hour(flips, up, fall, g)}  "
+            f"{_per_hour(flips, up, other, g)} | {levels}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=Path("tests/data/spot-traces"))
     ap.add_argument("--block-hours", type=float, default=3.0)
     ap.add_argument("--window-hours", type=float, default=60.0)
+    ap.add_argument(
+        "--prices", type=Path, default=Path("tests/data/spot-prices/v100_spot_prices.json")
+    )
     args = ap.parse_args(argv)
     blocks = round(24 / args.block_hours)
     print(
@@ -187,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     siblings(suite_traces(args.traces), args.window_hours)
     flickers(suite_traces(args.traces))
+    sibling_state(suite_traces(args.traces))
+    price_signal(suite_traces(args.traces), args.prices)
 
 
 if __name__ == "__main__":
