@@ -80,14 +80,21 @@ def _region(stem: str) -> str:
     return stem.split("_", maxsplit=1)[0][:-1]
 
 
-def siblings(paths: Sequence[Path], window_hours: float) -> None:
-    """A zone's own past against its siblings' as a forecast of its preemption rate."""
+def _side_by_side(
+    paths: Sequence[Path],
+) -> dict[tuple[Path, float, int], list[tuple[str, np.ndarray]]]:
+    """The traces recorded side by side (same folder, tick and length), as (zone, availability)."""
     groups: dict[tuple[Path, float, int], list[tuple[str, np.ndarray]]] = {}
     for path in paths:
         tr = load_trace(path)
         a = np.array(tr.available) >= 1
         groups.setdefault((path.parent, tr.gap_hours, len(a)), []).append((path.stem, a))
-    for (folder, g, n), zones in groups.items():
+    return groups
+
+
+def siblings(paths: Sequence[Path], window_hours: float) -> None:
+    """A zone's own past against its siblings' as a forecast of its preemption rate."""
+    for (folder, g, n), zones in _side_by_side(paths).items():
         if len(zones) < 3:
             continue
         cum = [_flips_and_hours(a, g) for _, a in zones]
@@ -150,16 +157,11 @@ def flickers(paths: Sequence[Path]) -> None:
 
 def sibling_state(paths: Sequence[Path]) -> None:
     """A zone's preemption and recovery rates by how many of its siblings are down now."""
-    groups: dict[tuple[Path, float, int], list[tuple[str, np.ndarray]]] = {}
-    for path in paths:
-        tr = load_trace(path)
-        a = np.array(tr.available) >= 1
-        groups.setdefault((path.parent, tr.gap_hours, len(a)), []).append((path.stem, a))
     print(
         "\nby the number of sibling zones down at the tick (0, 1, 2, …): preemptions per hour "
         "of spot (count/hours=rate) | recoveries per hour of outage"
     )
-    for (_, g, _), zones in groups.items():
+    for (_, g, _), zones in _side_by_side(paths).items():
         if len(zones) < 3:
             continue
         for name, a in zones:
