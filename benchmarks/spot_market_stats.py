@@ -25,6 +25,10 @@ Then, for the traces recorded side by side, whether the siblings' state *now* te
 next flip (session 33): per trace, the preemptions per hour of spot and the recoveries per hour
 of outage by how many of its sibling zones (same folder, tick and length) are down at the tick.
 
+Then whether a calm market around a zone tells how long its established spot lasts (session
+34): per trace recorded side by side, the preemptions per hour of spot that has lasted 2 h or
+more, by the share of its siblings up 6 h or more at the tick.
+
 Last, whether the spot price warns of preemptions (session 33): per trace with a price series
 (the r5 traces' own, the V100 zones' from ``--prices``), how often the price changes, and the
 preemptions per hour of spot in the hour after a rise, in the hour after a fall, and at other
@@ -178,6 +182,35 @@ def sibling_state(paths: Sequence[Path]) -> None:
             print(f"{name[:22]:<22} {pre} | {rec}")
 
 
+def _up_hours(a: np.ndarray, g: float) -> np.ndarray:
+    """How long spot has been up at each tick (0 where it is down), in hours."""
+    idx = np.arange(len(a))
+    last_down = np.maximum.accumulate(np.where(a, -1, idx))
+    return np.where(a, idx - last_down, 0) * g
+
+
+def long_uptimes(paths: Sequence[Path], long_hours: float = 2.0, calm_hours: float = 6.0) -> None:
+    """The preemption rate of spot that has lasted ``long_hours`` by how many siblings have
+    been up ``calm_hours`` or more (a calm market around it)."""
+    print(
+        f"\nspot up {long_hours:g} h or more: preemptions per hour of spot (count/hours=rate) by "
+        f"the share of sibling zones up {calm_hours:g} h or more at the tick: under a third, "
+        "a third to two thirds, more (all of three)"
+    )
+    for (_, g, _), zones in _side_by_side(paths).items():
+        if len(zones) < 3:
+            continue
+        ages = {name: _up_hours(a, g) for name, a in zones}
+        for name, a in zones:
+            calm = np.mean([ages[o] >= calm_hours for o, _ in zones if o != name], axis=0)
+            old = np.r_[ages[name][:-1] >= long_hours, False]
+            flips = np.r_[a[:-1] & ~a[1:], False]
+            groups = (calm < 1 / 3 - 1e-9, (calm >= 1 / 3 - 1e-9) & (calm < 2 / 3 - 1e-9))
+            groups += (calm >= 2 / 3 - 1e-9,)
+            rates = " ".join(_per_hour(flips, old, where & old, g) for where in groups)
+            print(f"{name[:22]:<22} {rates}")
+
+
 def _per_hour(flips: np.ndarray, up: np.ndarray, where: np.ndarray, g: float) -> str:
     """Preemptions per hour of spot over the ticks ``where`` ("count/hours=rate")."""
     k, h = int(flips[where].sum()), float(up[where].sum()) * g
@@ -282,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     siblings(suite_traces(args.traces), args.window_hours)
     flickers(suite_traces(args.traces))
     sibling_state(suite_traces(args.traces))
+    long_uptimes(suite_traces(args.traces))
     price_signal(suite_traces(args.traces), args.prices)
 
 
