@@ -195,7 +195,7 @@ def long_uptimes(paths: Sequence[Path], long_hours: float = 2.0, calm_hours: flo
     print(
         f"\nspot up {long_hours:g} h or more: preemptions per hour of spot (count/hours=rate) by "
         f"the share of sibling zones up {calm_hours:g} h or more at the tick: under a third, "
-        "a third to two thirds, more (all of three)"
+        "a third to two thirds, two thirds or more"
     )
     for (_, g, _), zones in _side_by_side(paths).items():
         if len(zones) < 3:
