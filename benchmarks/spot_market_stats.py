@@ -170,8 +170,8 @@ def sibling_state(paths: Sequence[Path]) -> None:
             continue
         for name, a in zones:
             down = sum((~b).astype(int) for other, b in zones if other != name)
-            up, out = np.r_[a[:-1], False], np.r_[~a[:-1], False]
-            flips, recoveries = np.r_[a[:-1] & ~a[1:], False], np.r_[~a[:-1] & a[1:], False]
+            (up, flips), out = _spot_ticks(a), np.r_[~a[:-1], False]
+            recoveries = np.r_[~a[:-1] & a[1:], False]
             pre = " ".join(_per_hour(flips, up, down == k, g).strip() for k in range(len(zones)))
             rec = " ".join(
                 f"{recoveries[down == k].sum() / (out[down == k].sum() * g):.2f}"
@@ -180,6 +180,12 @@ def sibling_state(paths: Sequence[Path]) -> None:
                 for k in range(len(zones))
             )
             print(f"{name[:22]:<22} {pre} | {rec}")
+
+
+def _spot_ticks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per tick of an availability series: spot runs into the next tick (``up``), and spot is
+    lost at the next tick (a preemption) — the two every per-hour rate here counts."""
+    return np.r_[a[:-1], False], np.r_[a[:-1] & ~a[1:], False]
 
 
 def _up_hours(a: np.ndarray, g: float) -> np.ndarray:
@@ -204,7 +210,7 @@ def long_uptimes(paths: Sequence[Path], long_hours: float = 2.0, calm_hours: flo
         for name, a in zones:
             calm = np.mean([ages[o] >= calm_hours for o, _ in zones if o != name], axis=0)
             old = np.r_[ages[name][:-1] >= long_hours, False]
-            flips = np.r_[a[:-1] & ~a[1:], False]
+            _, flips = _spot_ticks(a)
             groups = (calm < 1 / 3 - 1e-9, (calm >= 1 / 3 - 1e-9) & (calm < 2 / 3 - 1e-9))
             groups += (calm >= 2 / 3 - 1e-9,)
             rates = " ".join(_per_hour(flips, old, where & old, g) for where in groups)
@@ -241,9 +247,7 @@ def price_signal(paths: Sequence[Path], prices_file: Path | None) -> None:
         g = tr.gap_hours
         a = (np.array(tr.available) >= 1)[: len(price)]
         price = price[: len(a)]
-        # tick i is "up" when spot runs into it; a preemption is an up tick followed by a down
-        up = np.r_[a[:-1], False]
-        flips = np.r_[a[:-1] & ~a[1:], False]
+        up, flips = _spot_ticks(a)
         hour = round(1 / g)
         move = np.r_[0.0, np.diff(price)]
         rise, fall = np.zeros(len(a), bool), np.zeros(len(a), bool)
