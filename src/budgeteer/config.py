@@ -295,6 +295,16 @@ class LivePricesConfig(_Strict):
     aws_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
 
 
+class MarketSeedConfig(_Strict):
+    """A spot offering's market as recorded before the service saw it: an availability trace
+    (``budgeteer.traces``; a tick counts as up when it has one instance or more). The spot
+    decider leans on its prior until it has seen weeks of a market; a seed gives it those weeks
+    on its first day."""
+
+    offering: Annotated[str, Field(min_length=1, max_length=300)]
+    trace: Path
+
+
 class ServiceConfig(_Strict):
     """``budgeteer serve`` / ``run`` / ``submit`` / ``status`` configuration."""
 
@@ -315,6 +325,21 @@ class ServiceConfig(_Strict):
     #: (``budgeteer.spec.pool``); the sandbox and EC2 backends keep them, Kubernetes reads its
     #: node pools' idle nodes
     pools: list[PoolSpec] = Field(default_factory=list, max_length=256)
+    #: recorded market histories for spot offerings the store has none of yet
+    #: (``Service.seed_markets``)
+    market_seeds: list[MarketSeedConfig] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _one_seed_per_offering(self) -> ServiceConfig:
+        first: dict[str, int] = {}
+        for i, seed in enumerate(self.market_seeds):
+            if seed.offering in first:
+                raise ValueError(
+                    f"market_seeds[{i}].offering: {seed.offering!r} is seeded already "
+                    f"(market_seeds[{first[seed.offering]}])"
+                )
+            first[seed.offering] = i
+        return self
 
     @model_validator(mode="after")
     def _pools_fit_the_backend(self) -> ServiceConfig:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+
 from budgeteer.backends import RateMarket, SandboxBackend, SandboxMarket
 from budgeteer.backends.base import ComputeBackend
 from budgeteer.backends.ec2 import Ec2Backend, Ec2Settings
@@ -35,8 +37,9 @@ from budgeteer.config import (
     ServiceConfig,
     SlurmConfig,
 )
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.budget import Budget
-from budgeteer.domain.offering import Offering
+from budgeteer.domain.offering import Market, Offering
 from budgeteer.errors import SpecError
 from budgeteer.scheduler import Scheduler
 from budgeteer.service.hardening import protected
@@ -45,7 +48,7 @@ from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.files import read_document
 from budgeteer.spec.pool import pool_settings
 from budgeteer.store import SqlStore
-from budgeteer.traces import load_price_series, load_trace
+from budgeteer.traces import TraceError, load_price_series, load_trace
 from budgeteer.triggers.policy import TriggerPolicy, load_policy
 
 
@@ -92,6 +95,44 @@ class Service:
                 self.store.put_budget(spec, create=True)
                 added += 1
         return added
+
+    def seed_markets(self, offerings: Sequence[Offering]) -> int:
+        """Put the config's recorded market histories (``market_seeds``) into the store for the
+        spot offerings that have none yet — what the service has seen itself is never replaced.
+        Every seed is read and checked before any is written: a bad one raises
+        :class:`SpecError` naming its field, and nothing is kept. Returns how many were added."""
+        if not self.config.market_seeds:
+            return 0
+        by_id = {o.id: o for o in offerings}
+        histories = []
+        for i, seed in enumerate(self.config.market_seeds):
+            offering = by_id.get(seed.offering)
+            if offering is None:
+                raise SpecError(
+                    f"market_seeds[{i}].offering",
+                    f"no offering {seed.offering!r} in this service's catalog (on an engine: "
+                    "among its placements)",
+                )
+            if offering.market is not Market.SPOT:
+                raise SpecError(
+                    f"market_seeds[{i}].offering",
+                    f"{seed.offering!r} is a {offering.market.value} offering; only spot "
+                    "offerings have a market to seed",
+                )
+            path = self.path(seed.trace)
+            try:
+                trace = load_trace(path)
+            except TraceError as exc:
+                raise SpecError(
+                    f"market_seeds[{i}].trace", f"{exc.field}: {exc.problem}", str(path)
+                ) from None
+            available = np.array(trace.available) >= 1
+            histories.append(MarketHistory.recorded(seed.offering, available, trace.gap_hours))
+        seen = {h.offering_id for h in self.store.markets()}
+        fresh = [h for h in histories if h.offering_id not in seen]
+        for history in fresh:
+            self.store.put_market(history)
+        return len(fresh)
 
     def scheduler(
         self,
@@ -141,6 +182,7 @@ class Service:
             )
         if isinstance(backend, CatalogPrices) and self.config.prices is not None:
             backend.live_prices = self.store_prices()
+        self.seed_markets(catalog.offerings)  # before the scheduler's market book reads them
         return Scheduler(
             self.store,
             backend,

@@ -233,6 +233,14 @@ class MarketHistory:
     #: sighting (a flip appends to them)
     columns: PeriodColumns | None = field(default=None, compare=False, repr=False)
 
+    @staticmethod
+    def recorded(offering_id: str, available: NDArray[np.bool_], gap_hours: float) -> MarketHistory:
+        """A history from a recorded availability series of the offering's market (a trace of
+        its zone, another deployment's): its periods, the newest :data:`MAX_PERIODS`, the
+        series' first and last censored. Nothing is seen now (``up`` is ``None``): the
+        service's first sighting begins the present, after them."""
+        return MarketHistory(offering_id, periods_of(available, gap_hours)[-MAX_PERIODS:])
+
     def _columns(self) -> PeriodColumns:
         columns = self.columns
         if columns is None:
