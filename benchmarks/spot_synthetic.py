@@ -115,10 +115,12 @@ def draw(
     return out
 
 
-def synthetic_plan(plan: Plan, seed: int, factor: int) -> tuple[Plan, dict[str, NDArray[np.bool_]]]:
+def synthetic_plan(
+    plan: Plan, seed: int, factor: int, history_days: float = 0.0
+) -> tuple[Plan, dict[str, NDArray[np.bool_]]]:
     """The plan with each trace's availability replaced by a draw from its fitted chain, and a
     long draw per zone (the known chain's source)."""
-    by_zone: dict[str, Market] = {}
+    by_zone: dict[str, tuple[Market, int]] = {}
     long: dict[str, NDArray[np.bool_]] = {}
     out: Plan = []
     for zone, market, job, frac, start in plan:
@@ -128,13 +130,28 @@ def synthetic_plan(plan: Plan, seed: int, factor: int) -> tuple[Plan, dict[str, 
             rng = np.random.default_rng(seed + zlib.crc32(zone.encode()))
             n = len(market)
             series = draw(n, bool(market.available[0]), up_h, down_h, edges, rng)
-            by_zone[zone] = Market(series, market.spot_usd_per_hour, g)
             long[zone] = draw(n * factor, True, up_h, down_h, edges, rng)
-        out.append((zone, by_zone[zone], job, frac, start))
+            # a seed: more of the same market before the series, at its first price
+            extra = round(history_days * 24 / g)
+            before = draw(extra, True, up_h, down_h, edges, rng)
+            prices = np.concatenate(
+                [np.full(extra, market.spot_usd_per_hour[0]), market.spot_usd_per_hour]
+            )
+            by_zone[zone] = (Market(np.concatenate([before, series]), prices, g), extra)
+        seeded, extra = by_zone[zone]
+        out.append((zone, seeded, job, frac, start + extra))
     return out, long
 
 
-def _init(traces: str, prices: str, seed: int, factor: int, edges: str | None, real: bool) -> None:
+def _init(
+    traces: str,
+    prices: str,
+    seed: int,
+    factor: int,
+    edges: str | None,
+    real: bool,
+    history_days: float,
+) -> None:
     if edges:  # the generator's and the deciders' age buckets alike
         estimate_module.BUCKET_EDGES = tuple(float(e) for e in edges.split(","))
     files = suite_traces(Path(traces))
@@ -142,7 +159,7 @@ def _init(traces: str, prices: str, seed: int, factor: int, edges: str | None, r
     if real:  # the real traces, the known chain fitted on each whole trace (its future too)
         _WORLD.plan, _WORLD.known_source = plan, {z: m.available for z, m, *_ in plan}
     else:
-        _WORLD.plan, _WORLD.known_source = synthetic_plan(plan, seed, factor)
+        _WORLD.plan, _WORLD.known_source = synthetic_plan(plan, seed, factor, history_days)
 
 
 def _known(
@@ -193,11 +210,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="replay the real traces instead; the known chain is fitted on each whole trace",
     )
+    ap.add_argument(
+        "--history-days",
+        type=float,
+        default=0.0,
+        help="draw this many days more of each synthetic market before it (starts move with "
+        "them): every run then begins with at least that much history, as a seeded market does",
+    )
     ap.add_argument("--traces", default="tests/data/spot-traces")
     ap.add_argument("--prices", default="tests/data/spot-prices/v100_spot_prices.json")
     ap.add_argument("--rows", type=Path, help="write each run's costs here (JSON)")
     args = ap.parse_args(argv)
-    init = (args.traces, args.prices, args.seed, args.known_factor, args.edges, args.real)
+    init = (
+        args.traces,
+        args.prices,
+        args.seed,
+        args.known_factor,
+        args.edges,
+        args.real,
+        args.history_days,
+    )
     _init(*init)
     plan = _WORLD.plan
     with Pool(args.processes, initializer=_init, initargs=init) as pool:
