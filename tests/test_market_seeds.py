@@ -69,7 +69,8 @@ def test_a_seeded_market_starts_the_decider_where_the_replay_of_its_trace_would(
     prior = MarketHistory(spot).estimate(None, g, CHANGEOVER_HOURS)
     assert ours.expected_outage_steps(0.0) * g > 2.0
     assert prior.expected_outage_steps(0.0) * g < 1.0
-    # kept in the store: a restarted service reads it back
+    # kept in the store: a restarted service reads it back, the trace no longer needed
+    (tmp_path / "zone.json").unlink()
     again = build(*load_config(tmp_path / "budgeteer.yaml")).scheduler()
     assert again.markets.history(spot).periods == history.periods
 

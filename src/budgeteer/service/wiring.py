@@ -98,12 +98,14 @@ class Service:
 
     def seed_markets(self, offerings: Sequence[Offering]) -> int:
         """Put the config's recorded market histories (``market_seeds``) into the store for the
-        spot offerings that have none yet — what the service has seen itself is never replaced.
-        Every seed is read and checked before any is written: a bad one raises
-        :class:`SpecError` naming its field, and nothing is kept. Returns how many were added."""
+        spot offerings that have none yet — what the service has seen itself is never replaced,
+        and a seed's trace is read only while its offering has no history (once, then). Every
+        seed is checked before any is written: a bad one raises :class:`SpecError` naming its
+        field, and nothing is kept. Returns how many were added."""
         if not self.config.market_seeds:
             return 0
         by_id = {o.id: o for o in offerings}
+        seen = {h.offering_id for h in self.store.markets()}
         histories = []
         for i, seed in enumerate(self.config.market_seeds):
             offering = by_id.get(seed.offering)
@@ -119,6 +121,8 @@ class Service:
                     f"{seed.offering!r} is a {offering.market.value} offering; only spot "
                     "offerings have a market to seed",
                 )
+            if seed.offering in seen:
+                continue
             path = self.path(seed.trace)
             try:
                 trace = load_trace(path)
@@ -128,11 +132,9 @@ class Service:
                 ) from None
             available = np.array(trace.available) >= 1
             histories.append(MarketHistory.recorded(seed.offering, available, trace.gap_hours))
-        seen = {h.offering_id for h in self.store.markets()}
-        fresh = [h for h in histories if h.offering_id not in seen]
-        for history in fresh:
+        for history in histories:
             self.store.put_market(history)
-        return len(fresh)
+        return len(histories)
 
     def scheduler(
         self,
