@@ -21,11 +21,11 @@ on the synthetic series under:
   for what the real traces hold beyond the chain: the MDP and its safety net alone.
 
 ``--real`` replays the real traces instead, ``known`` then being the chain fitted on each whole
-trace — the run's own future included: a yardstick, not a policy. ``--edges`` sets other age buckets (in changeovers) for the draws and
-every decider alike. ``--history-days`` draws that many days more of each synthetic market
-before it (the runs' starts move with them), so that every run begins with at least that much
-history — as on a market seeded from a recording (``market_seeds:`` in the service's config).
-``--rows`` writes each run's costs as JSON.
+trace — the run's own future included: a yardstick, not a policy. ``--edges`` sets other age
+buckets (in changeovers) for the draws and every decider alike. ``--history-days`` draws that
+many days more of each synthetic market before it (the runs' starts move with them), so that
+every run begins with at least that much history — as on a market seeded from a recording
+(``market_seeds:`` in the service's config). ``--rows`` writes each run's costs as JSON.
 
     python benchmarks/spot_synthetic.py [--seed 0] [--real] [--edges 0,1,2,6] [--history-days 28]
         [--rows out.json]
