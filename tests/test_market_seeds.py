@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from api_world import World
 from budgeteer.catalog import load_catalog
 from budgeteer.config import load_config
 from budgeteer.core.spot.estimate import MarketHistory, Period, estimate_availability, periods_of
@@ -158,3 +159,24 @@ def test_an_offering_seeded_twice_is_refused_at_load(tmp_path: Path) -> None:
     assert f"market_seeds[1].offering: {spot!r} is seeded already (market_seeds[0])" in str(
         err.value
     )
+
+
+def test_the_api_shows_a_seeded_market_as_recorded_and_not_yet_seen(world: World) -> None:
+    spot = next(o for o in world.ctx.catalog.offerings if o.market is Market.SPOT)
+    series = np.array(_pattern(3)) >= 1
+    world.store.put_market(MarketHistory.recorded(spot.id, series, GAP_SECONDS / 3600))
+    rows = world.http.get("/v1/offerings", headers=world.auth(world.growth)).json()["offerings"]
+    (seeded,) = [o for o in rows if o["spot_market"] is not None]
+    market = seeded["spot_market"]
+    assert (seeded["id"], market["up"], market["since"], market["sightings"]) == (
+        spot.id,
+        None,
+        None,
+        0,
+    )
+    assert market["periods"] == len(periods_of(series, GAP_SECONDS / 3600))
+    assert market["mean_uptime_hours"] == pytest.approx(7.0)  # the complete ones
+    assert market["mean_outage_hours"] == pytest.approx(3.0)
+    # no outage of the recording ended young: a fresh one ends more slowly than the prior alone
+    # says (2 an hour)
+    assert market["hazard_per_hour"]["down_to_up"]["age>=0h"] < 1.5
