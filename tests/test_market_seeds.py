@@ -4,6 +4,7 @@ has seen the market, so the decider starts from weeks of it instead of the prior
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError
 from budgeteer.service.wiring import build
 from budgeteer.spec.errors import SpecErrors
+from test_cli import budgeteer
 
 GAP_SECONDS = 300
 CHANGEOVER_HOURS = 0.25
@@ -180,3 +182,51 @@ def test_the_api_shows_a_seeded_market_as_recorded_and_not_yet_seen(world: World
     # no outage of the recording ended young: a fresh one ends more slowly than the prior alone
     # says (2 an hour)
     assert market["hazard_per_hour"]["down_to_up"]["age>=0h"] < 1.5
+
+
+def test_a_market_exported_by_one_deployment_seeds_another(tmp_path: Path) -> None:
+    spot = _offering(Market.SPOT)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "budgeteer.yaml").write_text("store: sqlite:///state.db\n")
+    learned = MarketHistory(
+        spot,
+        (Period(False, 1.0, False), Period(True, 6.5, True), Period(False, 2.25, True)),
+        up=True,
+        since=datetime.now(UTC) - timedelta(minutes=30),
+        seen_start=True,
+        observations=40,
+    )
+    build(*load_config(first / "budgeteer.yaml")).store.put_market(learned)
+
+    trace = tmp_path / "exported.json"
+    done = budgeteer(
+        "markets", "export", spot, "--out", str(trace), "--config", str(first / "budgeteer.yaml")
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(trace.read_text())["metadata"]["gap_seconds"] == 60
+
+    _config(second, [{"offering": spot, "trace": str(trace)}])
+    seeded = build(*load_config(second / "budgeteer.yaml")).scheduler().markets.history(spot)
+    assert seeded.periods[:3] == learned.periods  # the first censored, the others complete
+    now_up = seeded.periods[3]
+    assert (now_up.up, now_up.complete) == (True, False)  # the present: cut at the export
+    assert now_up.hours == pytest.approx(0.5, abs=3 / 60)
+
+
+def test_exporting_a_market_the_store_has_not_seen_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "budgeteer.yaml").write_text("store: sqlite:///state.db\n")
+    out = tmp_path / "never.json"
+    done = budgeteer(
+        "markets",
+        "export",
+        "aws/nowhere-1/*/p9.huge/spot",
+        "--out",
+        str(out),
+        "--config",
+        str(tmp_path / "budgeteer.yaml"),
+    )
+    assert done.returncode == 2
+    assert "OFFERING: no market history for 'aws/nowhere-1/*/p9.huge/spot'" in done.stderr
+    assert not out.exists()

@@ -77,6 +77,7 @@ def main() -> None:
         catalog,
         demo,
         k8s,
+        markets,
         plan,
         service,
         simulate,

@@ -241,6 +241,16 @@ class MarketHistory:
         service's first sighting begins the present, after them."""
         return MarketHistory(offering_id, periods_of(available, gap_hours)[-MAX_PERIODS:])
 
+    def sampled(self, gap_hours: float, now: datetime) -> list[bool]:
+        """The history as a sampled availability series on ticks of ``gap_hours`` (each period
+        rounded to whole ticks, at least one; the current one up to ``now``): what
+        :meth:`recorded` reads back, for another deployment to start from."""
+        out: list[bool] = []
+        current = () if self.up is None else (Period(self.up, self.age_hours(now), False),)
+        for period in (*self.periods, *current):
+            out.extend([period.up] * max(1, round(period.hours / gap_hours)))
+        return out
+
     def _columns(self) -> PeriodColumns:
         columns = self.columns
         if columns is None:
