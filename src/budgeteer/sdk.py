@@ -89,15 +89,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Write to a temporary file, fsync, rename over ``path``, fsync the folder: a kill at any
-    moment leaves either the old file or the new one, never a torn one."""
+    moment leaves either the old file or the new one, never a torn one (a write that raises
+    removes its temporary file). Also the CLI's (``budgeteer markets export``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -110,8 +115,8 @@ def save_checkpoint(data: bytes, step: int) -> Path:
     path = folder / f"ckpt-{step:012d}.bin"
     if rank() != 0:
         return path
-    _atomic_write(path, data)
-    _atomic_write(folder / "LATEST", json.dumps({"step": step, "file": path.name}).encode())
+    atomic_write(path, data)
+    atomic_write(folder / "LATEST", json.dumps({"step": step, "file": path.name}).encode())
     for old in sorted(folder.glob("ckpt-*.bin"))[:-KEEP_CHECKPOINTS]:
         old.unlink(missing_ok=True)
     return path

@@ -4,7 +4,6 @@ the trace format ``market_seeds:`` reads — so another deployment can start fro
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from budgeteer.cli import app, fail
 from budgeteer.cli.service import ConfigOption, _service
 from budgeteer.clock import SystemClock
 from budgeteer.errors import BudgeteerError, SpecError
+from budgeteer.sdk import atomic_write
 
 markets_app = typer.Typer(help="The spot markets the service has learned.", no_args_is_help=True)
 app.add_typer(markets_app, name="markets")
@@ -50,12 +50,9 @@ def export(
             },
             "data": [int(up) for up in series],
         }
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, out)  # whole or not at all
+            atomic_write(out, json.dumps(doc).encode())  # whole or not at all
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise SpecError("--out", f"cannot write {out}: {exc.strerror}") from None
     except BudgeteerError as exc:
         fail(exc)
