@@ -225,3 +225,8 @@ def test_the_example_ec2_config_plans_on_aws_in_its_region(tmp_path: Path) -> No
     assert all("/g4dn.xlarge/on_demand" in oid for oid in pooled)
     assert {(p.maximum, p.idle_timeout_seconds) for p in pooled.values()} == {(4, 300.0)}
     assert {v.settings.name for v in sched.snapshot().pools} == set(pooled)
+    # its market seed: the zone's recorded weeks, where the planner's market book reads them
+    [seeded] = sched.store.markets()
+    assert seeded.offering_id == "aws/us-east-1/use1-az2/p3.2xlarge/spot"
+    assert len(seeded.periods) > 100
+    assert sum(p.hours for p in seeded.periods) > 24 * 7

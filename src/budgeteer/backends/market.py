@@ -78,6 +78,18 @@ class TraceMarket:
     def _tick(self, at: datetime) -> int:
         return math.floor((at - self._origin).total_seconds() / self._gap)
 
+    @property
+    def gap_hours(self) -> float:
+        """The trace's tick, in hours."""
+        return self._gap / 3600.0
+
+    def window(self, start: datetime, end: datetime) -> NDArray[np.bool_]:
+        """Whether spot is up on each of the trace's ticks from ``start``'s to the one before
+        ``end``'s (only ticks the trace has: none before its origin or after its end)."""
+        lo = max(self._tick(start), 0)
+        hi = min(self._tick(end), len(self._available))
+        return self._available[lo:hi].copy() if hi > lo else np.zeros(0, dtype=np.bool_)
+
     def available(self, offering: Offering, at: datetime) -> bool:
         """See :class:`SandboxMarket`."""
         if offering.market is not Market.SPOT:

@@ -1,11 +1,13 @@
 """A scenario's compute world: the bundled catalog filtered, on-prem pools as offerings, and the
 market — real traces replayed over the horizon with droughts cut in, zones with their own
-trace and price series, pools lent out on a calendar."""
+trace and price series, pools lent out on a calendar — and, with ``market.history_days``, the
+market histories the service starts with."""
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from datetime import timedelta
 from pathlib import Path
 
 from budgeteer.backends.market import (
@@ -16,6 +18,7 @@ from budgeteer.backends.market import (
 )
 from budgeteer.catalog import Catalog, load_catalog
 from budgeteer.catalog.onprem import pool_calendar, pool_id, pool_offering
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.offering import Market
 from budgeteer.errors import SpecError
 from budgeteer.sim.schema import PriceSpec, Scenario
@@ -59,9 +62,38 @@ def scenario_market(scenario: Scenario, catalog: Catalog) -> SandboxMarket:
     return ZonedMarket(routes, default)
 
 
+def scenario_histories(
+    scenario: Scenario, catalog: Catalog, market: SandboxMarket
+) -> tuple[MarketHistory, ...]:
+    """With ``market.history_days``, each spot offering's market as the service would have
+    recorded it over those days before the start — the periods of the trace that replays it
+    (:func:`scenario_market` starts each trace that much earlier, the start's tick unchanged),
+    read by :meth:`MarketHistory.recorded` as a ``market_seeds:`` trace is."""
+    days = scenario.market.history_days
+    if not days:
+        return ()
+    start = scenario.start - timedelta(days=days)
+    periods: dict[TraceMarket, MarketHistory] = {}  # offerings on one trace share its periods
+    out: list[MarketHistory] = []
+    for offering in catalog.offerings:
+        if offering.market is not Market.SPOT:
+            continue
+        replay = market.market_for(offering) if isinstance(market, ZonedMarket) else market
+        if not isinstance(replay, TraceMarket):
+            continue
+        seen = periods.get(replay)
+        if seen is None:
+            window = replay.window(start, scenario.start)
+            seen = periods[replay] = MarketHistory.recorded("", window, replay.gap_hours)
+        out.append(dataclasses.replace(seen, offering_id=offering.id))
+    return tuple(out)
+
+
 def _replay(scenario: Scenario, path: Path, prices: PriceSpec | None, where: str) -> TraceMarket:
     """A trace from ``offset_hours``, repeated over the horizon, droughts cut in; a price
-    series (checked to match the trace tick for tick) rides along."""
+    series (checked to match the trace tick for tick) rides along. With ``history_days`` the
+    replay begins that much before the start (the trace repeated backwards where it is
+    shorter), so :func:`scenario_histories` can read what came before."""
     trace = load_trace(path)
     gap = trace.gap_seconds
     series = None
@@ -81,16 +113,20 @@ def _replay(scenario: Scenario, path: Path, prices: PriceSpec | None, where: str
         series = values
         source = f"prices:{prices.series or prices.file.stem}"
     m = scenario.market
+    before = int(m.history_days * 86400 // gap)  # ticks replayed before the start
     return replay_market(
         trace.available,
         gap,
-        scenario.start,
+        scenario.start - timedelta(seconds=before * gap),
         source=source,
         prices=series,
-        skip_ticks=int(m.offset_hours * 3600 // gap),
-        ticks=int(scenario.days * 86400 // gap) + 2,
+        skip_ticks=int(m.offset_hours * 3600 // gap) - before,
+        ticks=before + int(scenario.days * 86400 // gap) + 2,
         dry=[
-            (int(d.start_day * 86400 // gap), int((d.start_day + d.days) * 86400 // gap))
+            (
+                before + int(d.start_day * 86400 // gap),
+                before + int((d.start_day + d.days) * 86400 // gap),
+            )
             for d in m.droughts
         ],
     )

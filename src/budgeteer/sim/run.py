@@ -20,6 +20,7 @@ from budgeteer.backends.market import SandboxMarket
 from budgeteer.catalog import Catalog
 from budgeteer.core import Policy
 from budgeteer.core.pools import PoolSettings
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.budget import Budget
 from budgeteer.domain.job import Job
 from budgeteer.scheduler import Scheduler
@@ -64,11 +65,16 @@ def simulate(
     fails: frozenset[str] = frozenset(),
     on_day: Callable[[datetime], None] | None = None,
     pools: dict[str, PoolSettings] | None = None,
+    histories: Sequence[MarketHistory] = (),
 ) -> SimRun:
-    """Run the loop from ``start`` to ``end`` (see the module docstring)."""
+    """Run the loop from ``start`` to ``end`` (see the module docstring); ``histories`` are
+    the market histories the store holds at the start (what ``market_seeds:`` gives a
+    deployment)."""
     kernel = Kernel(start)
     clock = SimClock(kernel)
     store = MemoryStore()
+    for history in histories:
+        store.put_market(history)
     policy = policy or Policy()
     pending: set[datetime] = set()
     cycles = 0

@@ -19,8 +19,14 @@ from budgeteer.backends.market import SandboxMarket
 from budgeteer.catalog import Catalog
 from budgeteer.core import Policy
 from budgeteer.core.pools import PoolSettings
+from budgeteer.core.spot.estimate import MarketHistory
 from budgeteer.domain.budget import Budget
-from budgeteer.sim.markets import scenario_catalog, scenario_market, spot_offerings
+from budgeteer.sim.markets import (
+    scenario_catalog,
+    scenario_histories,
+    scenario_market,
+    spot_offerings,
+)
 from budgeteer.sim.policies import policy_named
 from budgeteer.sim.run import Arrival, SimRun, simulate
 from budgeteer.sim.schema import Scenario, load_scenario
@@ -45,6 +51,8 @@ class Built:
     gate_failures: frozenset[str]  # job ids whose validation gate fails
     pipeline_runs: dict[str, tuple[str, ...]]  # a gate's job id → its run's job ids
     pools: dict[str, PoolSettings] = dataclasses.field(default_factory=dict)  # by offering id
+    #: the market histories the service starts with (``market.history_days``)
+    histories: tuple[MarketHistory, ...] = ()
 
     def run(self, policy: str, on_day: Callable[[datetime], None] | None = None) -> SimRun:
         """Simulate this scenario under the policy named ``policy`` (see
@@ -60,6 +68,7 @@ class Built:
             fails=self.gate_failures,
             on_day=on_day,
             pools=self.pools,
+            histories=self.histories,
         )
 
     @property
@@ -93,4 +102,5 @@ def build(scenario: Scenario, seed: int | None = None) -> Built:
         drawn.gate_failures,
         drawn.pipeline_runs,
         pool_settings(scenario.pools, catalog.offerings),
+        scenario_histories(scenario, catalog, market),
     )

@@ -81,10 +81,14 @@ class ZoneSpec(_Strict):
 
 class MarketSpec(_Strict):
     """Spot availability: a real trace, repeated to cover the horizon, from ``offset_hours``;
-    ``zones`` give groups of spot offerings a trace (and price series) of their own."""
+    ``zones`` give groups of spot offerings a trace (and price series) of their own. With
+    ``history_days``, the service starts as one that has watched these markets that long: each
+    spot offering's market book holds the trace's periods before the start (the trace repeated
+    backwards where it is shorter), as ``market_seeds:`` gives a deployment."""
 
     trace: Path
     offset_hours: Annotated[float, Field(ge=0)] = 0.0
+    history_days: Annotated[float, Field(ge=0, le=366)] = 0.0
     droughts: list[Drought] = Field(default_factory=list)
     zones: list[ZoneSpec] = Field(default_factory=list, max_length=256)
 
