@@ -369,9 +369,12 @@ class ServiceConfig(_Strict):
 
 
 def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
-    """The configuration and the folder relative paths are resolved against."""
+    """The configuration and the folder relative paths are resolved against: the file's, or
+    the working folder for no file and for one that is not a regular file (``/dev/null``, a
+    pipe such as ``--config <(envsubst < cfg.yaml)``, whose folder is no place for a store)."""
     if path is None:
         return ServiceConfig(), Path.cwd()
+    root = path.parent if path.is_file() else Path.cwd()
     doc = read_document(path) or {}
     if not isinstance(doc, dict):
         raise SpecError("(root)", "expected a mapping", str(path))
@@ -384,7 +387,7 @@ def load_config(path: Path | None) -> tuple[ServiceConfig, Path]:
                 str(path),
             )
     try:
-        return ServiceConfig.model_validate(doc), path.parent
+        return ServiceConfig.model_validate(doc), root
     except ValidationError as exc:
         raise _without_backend_tag(spec_errors(exc, str(path))) from None
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from budgeteer.domain.trace import SpotTrace
 from budgeteer.errors import BudgeteerError
+from budgeteer.textfile import TextFileProblem, read_text
 
 MAX_TRACE_BYTES = 64 * 1024 * 1024
 
@@ -32,12 +33,10 @@ class TraceError(BudgeteerError):
 
 def _read_json(path: Path) -> Any:
     try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise TraceError(str(path), "(file)", f"larger than {MAX_TRACE_BYTES} bytes")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(read_text(path, MAX_TRACE_BYTES))
+    except TextFileProblem as problem:
+        raise TraceError(str(path), "(file)", str(problem)) from None
+    except json.JSONDecodeError as exc:
         raise TraceError(str(path), "(file)", f"not valid JSON: {exc}") from None
 
 

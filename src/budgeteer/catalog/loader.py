@@ -10,6 +10,7 @@ Every malformed value is reported with its file, row and column; nothing is half
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import TypeVar
 from budgeteer.domain.egress import EgressRate, EgressTable
 from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.errors import CatalogError
+from budgeteer.textfile import TextFileProblem, read_text
 
 VMS_COLUMNS = (
     "provider",
@@ -40,6 +42,7 @@ THROUGHPUT_COLUMNS = ("accelerator", "relative_training_throughput")
 EGRESS_COLUMNS = ("provider", "scope", "tier_start_gb", "tier_end_gb", "usd_per_gb")
 EGRESS_SCOPES = frozenset({"internet", "inter_region", "intra_region"})
 PRICE_BASES = frozenset({"instance", "host_plus_gpu", "gpu_only"})
+MAX_CATALOG_BYTES = 64 * 1024 * 1024  # a catalog file's size at the most (the bundled: 63 kB)
 
 #: Nominal memory per GPU (GiB) for rows whose catalog leaves it blank (Azure lists only names).
 NOMINAL_GPU_MEMORY_GIB: dict[str, float] = {
@@ -109,16 +112,19 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
     """Yield ``(row_number, row)`` with the header checked; row 1 is the header."""
     if not path.exists():
         raise CatalogError(str(path), None, None, "file not found")
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        for column in required:
-            if column not in header:
-                raise CatalogError(str(path), 1, column, "missing column")
-        for number, row in enumerate(reader, start=2):
-            if None in row:
-                raise CatalogError(str(path), number, None, "more fields than the header has")
-            yield number, {k: (v or "").strip() for k, v in row.items()}
+    try:
+        text = read_text(path, MAX_CATALOG_BYTES)
+    except TextFileProblem as problem:
+        raise CatalogError(str(path), None, None, str(problem)) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    for column in required:
+        if column not in header:
+            raise CatalogError(str(path), 1, column, "missing column")
+    for number, row in enumerate(reader, start=2):
+        if None in row:
+            raise CatalogError(str(path), number, None, "more fields than the header has")
+        yield number, {k: (v or "").strip() for k, v in row.items()}
 
 
 def _parse(

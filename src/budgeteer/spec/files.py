@@ -21,6 +21,7 @@ from budgeteer.spec.batch import jobs_from_specs
 from budgeteer.spec.budget import BudgetSpec, SpendSpec, budget_from_spec, spend_from_spec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.job import JobSpec
+from budgeteer.textfile import TextFileProblem, read_text
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _T = TypeVar("_T")
@@ -57,12 +58,9 @@ def read_document(path: Path) -> Any:
     """Parse a YAML, JSON or TOML file (by suffix; YAML otherwise), with a size limit."""
     source = str(path)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise SpecError("(file)", f"cannot read: {exc.strerror}", source) from None
-    if size > MAX_FILE_BYTES:
-        raise SpecError("(file)", f"larger than {MAX_FILE_BYTES} bytes", source)
-    text = path.read_text(encoding="utf-8", errors="strict")
+        text = read_text(path, MAX_FILE_BYTES)
+    except TextFileProblem as problem:
+        raise SpecError("(file)", str(problem), source) from None
     try:
         if path.suffix == ".json":
             return json.loads(text)
