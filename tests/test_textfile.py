@@ -165,3 +165,63 @@ def test_a_config_that_is_no_regular_file_resolves_from_the_working_folder(
     )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "budgeteer.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("deep.yaml", "a: " + "[" * 5000 + "]" * 5000, "not valid YAML: nested too deeply"),
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "not valid json: nested too deeply"),
+        (
+            "d.yaml",
+            "a: " + "[" * 65 + "]" * 65,
+            "nested deeper than 64 levels (or a YAML alias in itself)",
+        ),
+        (
+            "cycle.yaml",
+            "a: &a [1, *a]\n",
+            "nested deeper than 64 levels (or a YAML alias in itself)",
+        ),
+    ],
+)
+def test_documents_nested_too_deeply_are_refused(
+    tmp_path: Path, name: str, text: str, problem: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        read_document(path)
+    assert (err.value.field, err.value.problem) == ("(file)", problem)
+
+
+def test_aliases_shared_many_times_are_walked_once(tmp_path: Path) -> None:
+    """A "billion laughs" document is 10⁸ strings to a naive walk: the depth check visits each
+    shared node once (per depth), so it answers at once, and the document is what YAML says."""
+    lines = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    doc = read_document(path)
+    assert doc["l8"][9][9][9][9][9][9][9][9][9] == "x"
+    path.write_text("\n".join(lines[:-1]) + "\nl8: &l8 [" + "[" * 60 + "*l7" + "]" * 60 + "]\n")
+    with pytest.raises(SpecError, match="nested deeper than 64 levels"):
+        read_document(path)  # the shared node reached deeper the second time
+
+
+def test_catalog_and_trace_syntax_errors_are_messages(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(ROOT / "src" / "budgeteer" / "catalog" / "data", catalog)
+    vms = catalog / "vms.csv"
+    lines = vms.read_bytes().count(b"\n")
+    with vms.open("a") as fh:
+        fh.write("aws,us-east-1," + "x" * 200_000 + "\n")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(catalog)
+    assert (err.value.row, err.value.problem) == (
+        lines + 1,
+        "not valid CSV: field larger than field limit (131072)",
+    )
+    trace = tmp_path / "deep.json"
+    trace.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TraceError, match=r"\(file\): not valid JSON: nested too deeply"):
+        load_trace(trace)

@@ -38,6 +38,8 @@ def _read_json(path: Path) -> Any:
         raise TraceError(str(path), "(file)", str(problem)) from None
     except json.JSONDecodeError as exc:
         raise TraceError(str(path), "(file)", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise TraceError(str(path), "(file)", "not valid JSON: nested too deeply") from None
 
 
 def _numbers(path: Path, field: str, values: Any, *, integers: bool) -> list[float]:

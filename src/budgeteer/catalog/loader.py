@@ -117,14 +117,18 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
     except TextFileProblem as problem:
         raise CatalogError(str(path), None, None, str(problem)) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
-    for column in required:
-        if column not in header:
-            raise CatalogError(str(path), 1, column, "missing column")
-    for number, row in enumerate(reader, start=2):
-        if None in row:
-            raise CatalogError(str(path), number, None, "more fields than the header has")
-        yield number, {k: (v or "").strip() for k, v in row.items()}
+    try:
+        header = reader.fieldnames or []
+        for column in required:
+            if column not in header:
+                raise CatalogError(str(path), 1, column, "missing column")
+        for number, row in enumerate(reader, start=2):
+            if None in row:
+                raise CatalogError(str(path), number, None, "more fields than the header has")
+            yield number, {k: (v or "").strip() for k, v in row.items()}
+    except csv.Error as exc:  # a field over the csv module's limit, an unclosed quote …
+        line = reader.reader.line_num  # (the DictReader's own count is the last good row's)
+        raise CatalogError(str(path), line, None, f"not valid CSV: {exc}") from None
 
 
 def _parse(

@@ -24,6 +24,7 @@ from budgeteer.spec.job import JobSpec
 from budgeteer.textfile import TextFileProblem, read_text
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64  # lists and mappings in a document, one in another (a job spec needs about 6)
 _T = TypeVar("_T")
 
 
@@ -61,16 +62,43 @@ def read_document(path: Path) -> Any:
         text = read_text(path, MAX_FILE_BYTES)
     except TextFileProblem as problem:
         raise SpecError("(file)", str(problem), source) from None
+    kind = path.suffix.lstrip(".") if path.suffix in (".json", ".toml") else "YAML"
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        return parse_yaml(text)
+            doc = json.loads(text)
+        elif path.suffix == ".toml":
+            doc = tomllib.loads(text)
+        else:
+            doc = parse_yaml(text)
     except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError("(file)", f"not valid {kind}: {exc}", source) from None
+    except RecursionError:
+        raise SpecError("(file)", f"not valid {kind}: nested too deeply", source) from None
+    if _deeper_than(doc, MAX_DEPTH):
         raise SpecError(
-            "(file)", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source
-        ) from None
+            "(file)", f"nested deeper than {MAX_DEPTH} levels (or a YAML alias in itself)", source
+        )
+    return doc
+
+
+def _deeper_than(doc: Any, limit: int) -> bool:
+    """Whether lists and mappings in ``doc`` nest deeper than ``limit`` (without recursion; a
+    YAML alias's node, shared, is walked again only when reached deeper than before, and one
+    that holds itself is as deep as the limit allows)."""
+    deepest: dict[int, int] = {}  # id of a list or mapping in ``doc`` → the deepest it was met
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth > limit:
+            return True
+        if deepest.get(id(node), 0) >= depth:
+            continue
+        deepest[id(node)] = depth
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _items(doc: Any, key: str, source: str) -> list[Any]:
