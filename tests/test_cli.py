@@ -148,3 +148,20 @@ def test_the_solver_guard_keeps_native_writes_off_stdout() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "kept\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("simulate", "scenarios/short-burst.yaml", "--seed", "-1"),
+        ("bench", "deadline-spot", "--trace", "x.json", "--seed", "-5"),
+        ("bench", "deadline-spot-suite", "--seed", "-5"),
+        ("bench", "cycle", "--seed", "-5"),
+    ],
+)
+def test_a_negative_seed_is_refused_by_name(args: tuple[str, ...]) -> None:
+    """numpy's generators take no negative seed: the option says so, not a traceback."""
+    out = budgeteer(*args)
+    assert out.returncode == 2
+    assert "Invalid value for '--seed'" in out.stderr
+    assert "Traceback" not in out.stderr

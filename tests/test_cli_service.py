@@ -113,6 +113,10 @@ def test_store_commands_without_a_config_say_so_instead_of_making_a_store(tmp_pa
         ("interval_seconds: -1", "interval_seconds: Input should be greater than 0"),
         ("stroe: sqlite:///x.db", "stroe: unknown field"),
         ("backend: {time_scale: 0}", "backend.time_scale: Input should be greater than 0"),
+        (  # numpy's generators take no negative seed: it would fail in the loop, not here
+            "backend: {market: {seed: -3}}",
+            "backend.market.RateMarketConfig.seed: Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_bad_config_is_named(tmp_path: Path, config: str, message: str) -> None:

@@ -70,6 +70,7 @@ def _scenario(tmp_path: Path, **changes: object) -> Path:
     [
         ({"surprise": 1}, "surprise"),
         ({"days": 0}, "days"),
+        ({"seed": -1}, "seed"),  # numpy's generators take no negative seed
         ({"start": "2026-10-01T00:00:00"}, "start"),  # no time zone
         (
             {

@@ -34,7 +34,7 @@ class TraceMarketConfig(_Strict):
 class RateMarketConfig(_Strict):
     """Draw spot up/down periods from each offering's interruption rate, seeded."""
 
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0)] = 0
     mean_outage_hours: Annotated[float, Field(gt=0)] = 0.5
 
 

@@ -21,7 +21,7 @@ def bench_cycle(
     jobs: Annotated[int, typer.Option("--jobs", min=1, max=1_000_000)] = 10_000,
     offerings: Annotated[int, typer.Option("--offerings", min=1, max=100_000)] = 500,
     teams: Annotated[int, typer.Option("--teams", min=1, max=1000)] = 8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the generated queue.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the generated queue.")] = 0,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=100)] = 5,
     solver: Annotated[
         SolverChoice, typer.Option("--solver", help="Joint placement: auto, milp or greedy.")

@@ -27,7 +27,9 @@ def simulate_command(
             "priority-quota; by name also default-planner-spot.",
         ),
     ] = "all",
-    seed: Annotated[int | None, typer.Option("--seed", help="Overrides the scenario's.")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, help="Overrides the scenario's.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write an HTML report here.")

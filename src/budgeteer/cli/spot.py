@@ -82,7 +82,7 @@ def deadline_spot(
     spot_price: Annotated[float | None, typer.Option("--spot-price", min=0.0)] = None,
     starts: Annotated[str | None, typer.Option("--starts", help="Start ticks: 120,4500")] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, max=10_000)] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled starts.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the sampled starts.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Replay one job under one policy from several start ticks of a trace."""
@@ -191,7 +191,7 @@ def deadline_spot_suite(
         Path("tests/data/spot-prices/v100_spot_prices.json")
     ),
     on_demand_price: Annotated[float, typer.Option("--on-demand-price", min=0.0)] = 3.06,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled starts.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the sampled starts.")] = 0,
     policies: Annotated[
         str, typer.Option("--policies", help="Comma-separated policy names.")
     ] = ",".join(POLICY_NAMES),

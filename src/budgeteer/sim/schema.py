@@ -193,7 +193,7 @@ class Scenario(_Strict):
     description: str = ""
     start: AwareDatetime
     days: Annotated[float, Field(gt=0, le=400)]
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0)] = 0
     catalog: CatalogFilter = Field(default_factory=CatalogFilter)
     market: MarketSpec
     onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
