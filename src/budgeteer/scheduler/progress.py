@@ -78,9 +78,28 @@ class StoreProgress:
         """See :class:`ProgressSource`."""
 
 
+#: Of a job's progress file, at most this much is read at a time (the rest at the next read):
+#: a job that writes without end, or one line without end, costs the loop no more than that.
+MAX_READ_BYTES = 4 * 1024 * 1024
+#: A longer line is no report (the SDK writes lines of about 100 bytes) and is not parsed.
+MAX_LINE_BYTES = 64 * 1024
+
+
+def _reports(chunk: bytes) -> list[ProgressRecord]:
+    """The reports among the lines of ``chunk`` (lines too long or not JSON are skipped)."""
+    out = []
+    for line in chunk.splitlines():
+        if len(line) <= MAX_LINE_BYTES:
+            record = parse_progress_line(line.decode(errors="replace"))
+            if record is not None:
+                out.append(record)
+    return out
+
+
 class FileProgress(StoreProgress):
     """The store's reports and the progress file of each job (``ROOT/JOB/progress.jsonl``),
-    the file read from where the last read stopped (complete lines only)."""
+    the file read from where the last read stopped (complete lines only; at most
+    :data:`MAX_READ_BYTES` a read, so a job writing garbage cannot stall or swell the loop)."""
 
     def __init__(self, store: Store, checkpoint_root: Path) -> None:
         super().__init__(store)
@@ -99,23 +118,26 @@ class FileProgress(StoreProgress):
             return records
         with open(path, "rb") as fh:
             fh.seek(self._offset.get(attempt_id, 0))
-            chunk = fh.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self._offset[attempt_id] = self._offset.get(attempt_id, 0) + len(complete)
-        for line in complete.decode(errors="replace").splitlines():
-            record = parse_progress_line(line)
-            if record is not None:
-                records.append(record)
-        return records
+            chunk = fh.read(MAX_READ_BYTES)
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and len(chunk) == MAX_READ_BYTES:
+            end = len(chunk)  # one line longer than a whole read: passed over, not waited for
+        self._offset[attempt_id] = self._offset.get(attempt_id, 0) + end
+        return records + _reports(chunk[:end])
 
     def done(self, job_id: str) -> float:
-        """See :class:`ProgressSource`."""
+        """See :class:`ProgressSource` (of the file, its last :data:`MAX_READ_BYTES`: the
+        newest reports, which say the most)."""
         done = super().done(job_id)
         path = self.path(job_id)
         if path.exists():
-            lines = path.read_text(errors="replace").splitlines()
-            parsed = (parse_progress_line(line) for line in lines)
-            done = max(done, max_fraction(r for r in parsed if r is not None))
+            with open(path, "rb") as fh:
+                size = fh.seek(0, 2)
+                fh.seek(max(size - MAX_READ_BYTES, 0))
+                tail = fh.read(MAX_READ_BYTES)
+            if size > MAX_READ_BYTES:
+                tail = tail[tail.find(b"\n") + 1 :]  # the first line, cut, is no report
+            done = max(done, max_fraction(_reports(tail)))
         return done
 
     def marks(self, live: Iterable[tuple[str, int]]) -> tuple[float, ...]:
