@@ -246,6 +246,24 @@ def test_gcp_vm_price_is_cores_plus_ram_plus_gpus() -> None:
     assert gcp_vms(gcp_parts(GCP_SKUS, NOW), [h100], NOW) == []
 
 
+@pytest.mark.parametrize(
+    ("nanos", "problem"),
+    [
+        ("abc", r"not a whole count of nanos: 'abc'"),
+        (1.5, r"not a whole count of nanos: '1.5'"),
+        ({"n": 1}, r"not a whole count of nanos: \"\{'n': 1\}\""),
+        (-5, r"not in 0\.\.999999999: -5"),  # a negative price
+        (10**9, r"not in 0\.\.999999999: 1000000000"),
+    ],
+)
+def test_gcp_nanos_that_are_no_price_are_named(nanos: Any, problem: str) -> None:
+    sku = _gcp_sku("A2 Instance Core running in Americas", "CPU", "OnDemand", "0", 0)
+    sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]["nanos"] = nanos
+    with pytest.raises(FeedError, match=r"skus\[1\]\.unitPrice\.nanos: " + problem):
+        gcp_parts([GCP_SKUS[0], sku], NOW)
+    assert gcp_parts([GCP_SKUS[0]], NOW)  # the good one alone is read
+
+
 def test_gcp_pages_by_token_and_a_token_twice_is_a_loop(server: PriceServer) -> None:
     path = "/v1/services/6F81-5844-456A/skus"
     server.pages[path] = [{"skus": GCP_SKUS[:3], "nextPageToken": "t2"}]

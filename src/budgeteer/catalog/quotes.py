@@ -65,6 +65,17 @@ def _usd(feed: str, where: str, value: Any) -> Decimal:
     return usd
 
 
+def _nanos(where: str, value: Any) -> Decimal:
+    """The nanos of a GCP ``Money`` (0–999,999,999 for a price; a JSON number or a numeral)."""
+    try:
+        count = int(str(value or 0))
+    except ValueError:
+        raise FeedError(GCP, where, f"not a whole count of nanos: {str(value)[:40]!r}") from None
+    if not 0 <= count < 1_000_000_000:
+        raise FeedError(GCP, where, f"not in 0..999999999: {count}")
+    return Decimal(count) / Decimal(1_000_000_000)
+
+
 def _mapping(feed: str, where: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise FeedError(feed, where, f"expected an object, got {type(value).__name__}")
@@ -250,7 +261,7 @@ def gcp_parts(
         unit = _mapping(GCP, f"{where}.tieredRates[-1]", rates[-1]).get("unitPrice", {})
         unit = _mapping(GCP, f"{where}.unitPrice", unit)
         units = _usd(GCP, f"{where}.unitPrice.units", unit.get("units", "0") or "0")
-        nanos = Decimal(int(unit.get("nanos", 0) or 0)) / Decimal(1_000_000_000)
+        nanos = _nanos(f"{where}.unitPrice.nanos", unit.get("nanos", 0))
         usage_unit = expression.get("usageUnit")
         if usage_unit not in {"h", "GiBy.h"}:
             continue
