@@ -113,6 +113,19 @@ def test_store_commands_without_a_config_say_so_instead_of_making_a_store(tmp_pa
         ("interval_seconds: -1", "interval_seconds: Input should be greater than 0"),
         ("stroe: sqlite:///x.db", "stroe: unknown field"),
         ("backend: {time_scale: 0}", "backend.time_scale: Input should be greater than 0"),
+        (
+            "store: state.db",
+            "store: not a database URL (sqlite:///state.db, postgresql+psycopg://user@host/db)",
+        ),
+        (
+            "store: mysql://u@db/x",
+            "store: driver 'mysql' is not one of sqlite, sqlite+pysqlite, postgresql+psycopg",
+        ),
+        ('backend: {workdir: "a\\0b"}', "backend.workdir: holds a NUL byte"),
+        (f"catalog: {'c' * 256}", "catalog: has a name longer than 255 bytes"),
+        ("backend: {grace_seconds: .inf}", "backend.grace_seconds: Input should be a finite"),
+        ("backend: {workdir: c.yaml}", "backend.workdir: {tmp}/c.yaml is not a folder"),
+        ("store: sqlite:///c.yaml/s.db", "store: cannot make the folder {tmp}/c.yaml: File exists"),
         (  # numpy's generators take no negative seed: it would fail in the loop, not here
             "backend: {market: {seed: -3}}",
             "backend.market.RateMarketConfig.seed: Input should be greater than or equal to 0",
@@ -124,7 +137,9 @@ def test_bad_config_is_named(tmp_path: Path, config: str, message: str) -> None:
     path.write_text(config)
     out = budgeteer("status", "--config", str(path))
     assert out.returncode == 2
-    assert message in out.stderr
+    assert message.format(tmp=tmp_path) in out.stderr
+    assert "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == [path]  # nothing made
 
 
 def test_run_wakes_up_on_a_submission_and_on_an_exit(tmp_path: Path, job_python: str) -> None:

@@ -99,10 +99,20 @@ def test_the_simulated_service_starts_from_the_history(tmp_path: Path) -> None:
     assert after.observations > 0  # and the day's own sightings on top
 
 
-@pytest.mark.parametrize(("days", "problem"), [(-1, "greater than or equal"), (400, "less")])
-def test_bad_history_days_name_the_field(tmp_path: Path, days: float, problem: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("history_days", -1, "greater than or equal"),
+        ("history_days", 400, "less"),
+        ("offset_hours", float("inf"), "finite number"),  # was a ValueError in the replay
+        ("trace", "a\0b.json", "holds a NUL byte"),
+    ],
+)
+def test_bad_market_fields_name_the_field(
+    tmp_path: Path, field: str, value: object, problem: str
+) -> None:
     with pytest.raises(SpecErrors) as err:
-        load_scenario(_scenario(tmp_path, "quiet-quarter", history_days=days))
+        load_scenario(_scenario(tmp_path, "quiet-quarter", **{field: value}))
     [error] = err.value.errors
-    assert error.field == "market.history_days"
+    assert error.field == f"market.{field}"
     assert problem in error.problem

@@ -10,24 +10,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from budgeteer.catalog.onprem import OnPremSpec
 from budgeteer.errors import SpecError, SpecErrors
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
+from budgeteer.spec.paths import FilePath
 from budgeteer.spec.pool import PoolSpec
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TraceMarketConfig(_Strict):
     """Replay a real availability trace (and optionally a price series) for spot offerings."""
 
-    trace: Path
-    prices: Path | None = None
+    trace: FilePath
+    prices: FilePath | None = None
     price_key: str | None = None
 
 
@@ -42,7 +52,7 @@ class SandboxConfig(_Strict):
     """The embedded backend: local processes on a simulated market."""
 
     kind: Literal["sandbox"] = "sandbox"
-    workdir: Path = Path(".budgeteer")
+    workdir: FilePath = Path(".budgeteer")
     grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     time_scale: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
     market: TraceMarketConfig | RateMarketConfig = Field(default_factory=RateMarketConfig)
@@ -72,9 +82,9 @@ class SlurmConfig(_Strict):
     Slurm configuration, or ``SLURM_CONF``). Times are real: there is no time scale."""
 
     kind: Literal["slurm"]
-    workdir: Path = Path(".budgeteer")
+    workdir: FilePath = Path(".budgeteer")
     grace_seconds: Annotated[float, Field(ge=0)] = 30.0
-    slurm_conf: Path | None = None
+    slurm_conf: FilePath | None = None
     #: the user jobs run as (``sbatch --uid``) when the service runs as root (default:
     #: nobody; never root); a service that is not root submits as itself
     run_as: Annotated[str, Field(min_length=1, max_length=64)] | None = None
@@ -102,7 +112,7 @@ class RayConfig(_Strict):
     python: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     #: seconds a rank of a gang has between the notice and SIGKILL
     grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
-    workdir: Path = Path(".budgeteer")
+    workdir: FilePath = Path(".budgeteer")
     placements: Annotated[
         dict[str, Annotated[str, Field(min_length=1, max_length=256)]],
         Field(min_length=1, max_length=4096),
@@ -125,7 +135,7 @@ class Ec2Config(_Strict):
     IAM policy."""
 
     kind: Literal["ec2"]
-    workdir: Path = Path(".budgeteer")
+    workdir: FilePath = Path(".budgeteer")
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")]
     bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$")] = "budgeteer"
@@ -193,9 +203,9 @@ class KubernetesConfig(_Strict):
     Without ``kubeconfig`` the service uses its pod's service account (in-cluster)."""
 
     kind: Literal["kubernetes"]
-    workdir: Path = Path(".budgeteer")
+    workdir: FilePath = Path(".budgeteer")
     namespace: Annotated[str, Field(pattern=_DNS)] = "default"
-    kubeconfig: Path | None = None
+    kubeconfig: FilePath | None = None
     context: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     #: how nodes carry their market: karpenter, eks (managed node groups), gke, aks
     platform: Literal["karpenter", "eks", "gke", "aks"] = "karpenter"
@@ -253,8 +263,8 @@ class ApiConfig(_Strict):
     metrics_token: Annotated[str, Field(min_length=16)] | None = None
     #: serve HTTPS with this certificate chain and private key (PEM files; both or neither).
     #: Without them, binding beyond loopback is warned about at start
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    tls_cert: FilePath | None = None
+    tls_key: FilePath | None = None
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiConfig:
@@ -302,15 +312,32 @@ class MarketSeedConfig(_Strict):
     on its first day."""
 
     offering: Annotated[str, Field(min_length=1, max_length=300)]
-    trace: Path
+    trace: FilePath
+
+
+#: The database drivers the store is tested on (``sqlite:///state.db``,
+#: ``postgresql+psycopg://user@host/db``).
+STORE_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
+
+
+def _store_url(url: str) -> str:
+    try:
+        driver = make_url(url).drivername
+    except ArgumentError:
+        raise ValueError(
+            "not a database URL (sqlite:///state.db, postgresql+psycopg://user@host/db)"
+        ) from None
+    if driver not in STORE_DRIVERS:
+        raise ValueError(f"driver {driver!r} is not one of {', '.join(STORE_DRIVERS)}")
+    return url
 
 
 class ServiceConfig(_Strict):
     """``budgeteer serve`` / ``run`` / ``submit`` / ``status`` configuration."""
 
-    store: str = "sqlite:///budgeteer.db"
-    catalog: Path | None = None
-    budgets: Path | None = None
+    store: Annotated[str, AfterValidator(_store_url)] = "sqlite:///budgeteer.db"
+    catalog: FilePath | None = None
+    budgets: FilePath | None = None
     backend: BackendConfig = Field(default_factory=SandboxConfig)
     interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     api: ApiConfig = Field(default_factory=ApiConfig)
@@ -320,7 +347,7 @@ class ServiceConfig(_Strict):
     #: calendar): offerings beside the catalog's (``budgeteer.catalog.onprem``)
     onprem: list[OnPremSpec] = Field(default_factory=list, max_length=64)
     #: the trigger policy ``POST /v1/signals`` applies (``budgeteer.triggers.policy``)
-    triggers: Path | None = None
+    triggers: FilePath | None = None
     #: offerings whose instances stay warm between jobs, and short jobs batched on them
     #: (``budgeteer.spec.pool``); the sandbox and EC2 backends keep them, Kubernetes reads its
     #: node pools' idle nodes

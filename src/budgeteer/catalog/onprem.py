@@ -26,7 +26,7 @@ ClockText = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ClosedSpec(_Strict):

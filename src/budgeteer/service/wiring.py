@@ -385,7 +385,15 @@ def build(config: ServiceConfig, root: Path) -> Service:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         url = f"sqlite:///{root / url.removeprefix('sqlite:///')}"
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(url.removeprefix("sqlite:///")).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except (OSError, ValueError) as exc:  # a file in the way, no permission, a NUL byte
+            raise SpecError("store", f"cannot make the folder {folder}: {_why(exc)}") from None
+    backend = config.backend
+    workdir = backend.workdir if backend.workdir.is_absolute() else root / backend.workdir
+    if workdir.exists() and not workdir.is_dir():
+        raise SpecError("backend.workdir", f"{workdir} is not a folder")
     catalog = load_catalog(
         None
         if config.catalog is None
@@ -402,6 +410,10 @@ def build(config: ServiceConfig, root: Path) -> Service:
         )
         catalog = dataclasses.replace(catalog, offerings=catalog.offerings + pools)
     return Service(config, SqlStore(url), catalog, _clock(config, root), budgets, root)
+
+
+def _why(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def _clock(config: ServiceConfig, root: Path) -> SystemClock:

@@ -21,6 +21,7 @@ from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
 from budgeteer.spec.job import parse_duration
+from budgeteer.spec.paths import FilePath
 from budgeteer.spec.pool import PoolSpec
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
@@ -30,7 +31,7 @@ Priority = Literal["P0", "P1", "P2", "P3"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _duration(value: str) -> str:
@@ -65,7 +66,7 @@ class PriceSpec(_Strict):
     """A spot price series on the zone trace's timeline: ``file`` (JSON), and ``series``, the
     key of the series in a file that holds several (``v100_spot_prices.json``)."""
 
-    file: Path
+    file: FilePath
     series: str | None = None
 
 
@@ -75,7 +76,7 @@ class ZoneSpec(_Strict):
     with ``prices``, are billed at its price series."""
 
     offerings: Annotated[str, Field(min_length=1, max_length=512)]
-    trace: Path
+    trace: FilePath
     prices: PriceSpec | None = None
 
 
@@ -86,7 +87,7 @@ class MarketSpec(_Strict):
     spot offering's market book holds the trace's periods before the start (the trace repeated
     backwards where it is shorter), as ``market_seeds:`` gives a deployment."""
 
-    trace: Path
+    trace: FilePath
     offset_hours: Annotated[float, Field(ge=0)] = 0.0
     history_days: Annotated[float, Field(ge=0, le=366)] = 0.0
     droughts: list[Drought] = Field(default_factory=list)

@@ -57,7 +57,9 @@ def _seconds(text: str) -> float:
 class WarmSpec(BaseModel):
     """One ``warm:`` window of a pool (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
     at: Annotated[str, Field(min_length=1, max_length=128)]
     instances: Annotated[int, Field(ge=1, le=MAX_POOL_INSTANCES)]
@@ -84,7 +86,7 @@ class WarmSpec(BaseModel):
 class PoolSpec(BaseModel):
     """One ``pools:`` entry (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     offerings: Annotated[str, Field(min_length=1, max_length=512)]
     min: Annotated[int, Field(ge=0, le=MAX_POOL_INSTANCES)] = 0
