@@ -237,6 +237,16 @@ def test_budgets_file_parses_scopes_periods_and_spend(tmp_path: Path) -> None:
             "budgets[0].timezone",
             "unknown time zone",
         ),
+        (  # was an OSError (file name too long) from the zone database
+            f"{{id: b, scope: {{team: t}}, limit_usd: 1, timezone: {'Z' * 300}}}",
+            "budgets[0].timezone",
+            "at most 64 characters",
+        ),
+        (  # a name the zone database would look up as a path
+            "{id: b, scope: {team: t}, limit_usd: 1, timezone: ../../../etc/passwd}",
+            "budgets[0].timezone",
+            "unknown time zone '../../../etc/passwd'",
+        ),
         (
             "{id: b, scope: {team: t}, limit_usd: 1, thresholds: {P3: 0.9, P2: 0.8}}",
             "budgets[0].thresholds",

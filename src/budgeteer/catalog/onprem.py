@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import time
 from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from budgeteer.backends.market import CalendarMarket, Closed
 from budgeteer.domain.offering import Market, Offering, Price
 from budgeteer.errors import SpecError
 from budgeteer.spec.job import resolve_accelerator
+from budgeteer.spec.timezone import TimeZoneName
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -47,18 +47,9 @@ class OnPremSpec(_Strict):
     gpu_memory_gib: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 40.0
     nodes: Annotated[int, Field(ge=1, le=10_000)]
     usd_per_node_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
     closed: list[ClosedSpec] = Field(default_factory=list)
     startup_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
-
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}") from None
-        return value
 
 
 def pool_calendar(pool: OnPremSpec) -> CalendarMarket:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import date
 from decimal import Decimal
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AwareDatetime,
@@ -14,7 +13,6 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -29,6 +27,7 @@ from budgeteer.domain.budget import (
 )
 from budgeteer.domain.tier import Tier
 from budgeteer.spec.errors import spec_errors
+from budgeteer.spec.timezone import TimeZoneName
 
 Name = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", strip_whitespace=True)
@@ -83,19 +82,10 @@ class BudgetSpec(_Strict):
     id: Name
     scope: ScopeSpec
     period: Literal["monthly", "quarterly"] | CustomPeriodSpec = "monthly"
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
     limit_usd: Annotated[Usd, Field(gt=0)]
     thresholds: ThresholdsSpec = Field(default_factory=ThresholdsSpec)
     emergency_reserve_usd: Annotated[Usd, Field(ge=0)] = Decimal(0)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r}") from exc
-        return value
 
     @classmethod
     def parse(cls, data: Any, source: str | None = None, prefix: str = "") -> BudgetSpec:
