@@ -380,6 +380,11 @@ def test_parquet_samples_are_read(tmp_path: Path) -> None:
         (lambda p: p.write_text(""), {}, "--current"),
         (lambda p: p.write_text("tenure_months,plan\n1,a\n"), {}, "columns.monthly_spend"),
         (lambda p: p.write_text("a,b\n1\n"), {}, "--current:2"),
+        (  # was a csv.Error traceback
+            lambda p: p.write_text("a,b\n1," + "x" * 200_000 + "\n"),
+            {},
+            "--current: not valid CSV: field larger than field limit (131072)",
+        ),
     ],
 )
 def test_bad_input_is_named_and_submits_nothing(
@@ -392,6 +397,7 @@ def test_bad_input_is_named_and_submits_nothing(
     out = _trigger(cfg, current, **args)
     assert out.returncode == 2
     assert field in out.stderr
+    assert "Traceback" not in out.stderr
     assert _jobs(cfg) == []
 
 

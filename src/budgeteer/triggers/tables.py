@@ -20,6 +20,13 @@ def read_table(path: Path, option: str) -> dict[str, list[object]]:
         raise SpecError(option, f"larger than {MAX_BYTES // 2**20} MiB: take a sample")
     if path.suffix.lower() in {".parquet", ".pq"}:
         return _parquet(path, option)
+    try:
+        return _csv(path, option)
+    except csv.Error as exc:  # a field over the csv module's limit, an unclosed quote …
+        raise SpecError(option, f"not valid CSV: {exc}") from None
+
+
+def _csv(path: Path, option: str) -> dict[str, list[object]]:
     with path.open(newline="", encoding="utf-8", errors="replace") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
