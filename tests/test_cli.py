@@ -97,6 +97,10 @@ def test_bad_at_and_missing_file_are_clear_errors(tmp_path: Path) -> None:
     out = budgeteer("plan", "--jobs", str(EXAMPLES / "jobs.yaml"), "--at", "tomorrow")
     assert out.returncode == 2
     assert "--at" in out.stderr
+    for at in ("9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"):  # were OverflowErrors
+        out = budgeteer("plan", "--jobs", str(EXAMPLES / "jobs.yaml"), "--at", at)
+        assert out.returncode == 2
+        assert f"--at: must be in the years 1970–8999, got '{at}'" in out.stderr
     out = budgeteer("plan", "--jobs", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2
     assert "cannot read" in out.stderr

@@ -30,7 +30,15 @@ def _parse_at(at: str | None) -> datetime:
         ) from None
     if value.tzinfo is None:
         raise SpecError("--at", "must include a time zone (e.g. Z or +01:00)")
+    if not AT_RANGE[0] <= value < AT_RANGE[1]:  # deadlines and periods must fit in a datetime
+        raise SpecError(
+            "--at", f"must be in the years {AT_RANGE[0].year}–{AT_RANGE[1].year - 1}, got {at!r}"
+        )
     return value
+
+
+#: The times a plan may be made at.
+AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 
 
 def build_snapshot(
