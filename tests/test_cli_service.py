@@ -34,6 +34,29 @@ def home(tmp_path: Path, job_python: str) -> Path:
     return tmp_path
 
 
+def test_submit_reads_a_pipe_once_and_keys_it_by_what_it_read(home: Path) -> None:
+    """``submit <(…)``: the file is read once (it was read twice, the second time empty, so
+    every piped file had the key of empty content and the second one was "already
+    submitted"); the same content piped again is still accepted once."""
+    cfg = str(home / "budgeteer.yaml")
+    (home / "other.yaml").write_text(
+        '- {name: other, team: t, work: {reference_hours: 0.01}, command: ["true"]}\n'
+    )
+
+    def piped(name: str) -> subprocess.CompletedProcess[str]:
+        shell = f"{sys.executable} -m budgeteer submit <(cat {home / name}) --config {cfg}"
+        return subprocess.run(
+            ["bash", "-c", shell], capture_output=True, text=True, timeout=120, check=False
+        )
+
+    first, second, again = piped("jobs.yaml"), piped("other.yaml"), piped("other.yaml")
+    assert first.stdout.splitlines() == ["submitted: hello", "submitted: later"], first.stderr
+    assert second.stdout.splitlines() == ["submitted: other"], second.stderr
+    assert again.stdout.splitlines() == ["already submitted: other"], again.stderr
+    from_file = budgeteer("submit", str(home / "other.yaml"), "--config", cfg)
+    assert from_file.stdout.splitlines() == ["already submitted: other"]  # the same bytes
+
+
 def test_submit_run_status_ledger(home: Path) -> None:
     cfg = str(home / "budgeteer.yaml")
     out = budgeteer("submit", str(home / "jobs.yaml"), "--config", cfg)

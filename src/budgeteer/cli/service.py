@@ -5,7 +5,6 @@ the service's machine; remote callers use the API or :mod:`budgeteer.client`).""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from decimal import Decimal
 from pathlib import Path
@@ -74,7 +73,7 @@ def submit(jobs: Path, config: ConfigOption = None) -> None:
     try:
         svc = _service(config)
         read = read_job_specs(jobs)
-        key = hashlib.sha256(jobs.read_bytes()).hexdigest()
+        key = read.digest
         result = converted(
             read,
             lambda: submit_specs(

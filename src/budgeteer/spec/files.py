@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tomllib
@@ -57,11 +58,19 @@ def parse_yaml(text: str) -> Any:
 
 def read_document(path: Path) -> Any:
     """Parse a YAML, JSON or TOML file (by suffix; YAML otherwise), with a size limit."""
-    source = str(path)
+    return _parsed(path, _text(path))
+
+
+def _text(path: Path) -> str:
     try:
-        text = read_text(path, MAX_FILE_BYTES)
+        return read_text(path, MAX_FILE_BYTES)
     except TextFileProblem as problem:
-        raise SpecError("(file)", str(problem), source) from None
+        raise SpecError("(file)", str(problem), str(path)) from None
+
+
+def _parsed(path: Path, text: str) -> Any:
+    """``text``, read from ``path``, parsed as its suffix says."""
+    source = str(path)
     kind = path.suffix.lstrip(".") if path.suffix in (".json", ".toml") else "YAML"
     try:
         if path.suffix == ".json":
@@ -119,13 +128,16 @@ class JobSpecsFile:
     positions: tuple[int, ...]
     invalid_names: Mapping[str, str]
     errors: tuple[SpecError, ...]
+    #: SHA-256 of the bytes read (``submit``'s idempotency key: the same content, once)
+    digest: str = ""
 
 
 def read_job_specs(path: Path) -> JobSpecsFile:
     """The specs of a file holding a list of job specs (or ``{jobs: [...]}``), each validated;
-    the file itself unreadable or malformed raises."""
+    the file itself unreadable or malformed raises. The file is read once (a pipe too)."""
     source = str(path)
-    items = _items(read_document(path), "jobs", source)
+    text = _text(path)
+    items = _items(_parsed(path, text), "jobs", source)
     specs: list[JobSpec] = []
     positions: list[int] = []
     errors: list[SpecError] = []
@@ -138,7 +150,10 @@ def read_job_specs(path: Path) -> JobSpecsFile:
             errors.extend(exc.errors)
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 invalid_names[item["name"]] = item["name"]
-    return JobSpecsFile(source, tuple(specs), tuple(positions), invalid_names, tuple(errors))
+    digest = hashlib.sha256(text.encode()).hexdigest()  # valid UTF-8: the very bytes read
+    return JobSpecsFile(
+        source, tuple(specs), tuple(positions), invalid_names, tuple(errors), digest
+    )
 
 
 def converted(read: JobSpecsFile, convert: Callable[[], _T]) -> _T:
