@@ -71,6 +71,22 @@ def _scenario(tmp_path: Path, **changes: object) -> Path:
         ({"surprise": 1}, "surprise"),
         ({"days": 0}, "days"),
         ({"seed": -1}, "seed"),  # numpy's generators take no negative seed
+        (  # 1e30 arrivals a day were drawn until the process was killed for memory
+            {
+                "workload": {
+                    "drift": [{"model": "m", "team": "t", "per_day": 1e30, "reference_hours": 1}]
+                }
+            },
+            "workload.drift[0].per_day",
+        ),
+        (
+            {
+                "workload": {
+                    "experiments": [{"team": "t", "per_day": 1, "max_reference_hours": 1e30}]
+                }
+            },
+            "workload.experiments[0].max_reference_hours",
+        ),
         ({"start": "2026-10-01T00:00:00"}, "start"),  # no time zone
         (
             {

@@ -20,12 +20,17 @@ from budgeteer.domain.cron import CronError, parse_cron
 from budgeteer.spec.budget import BudgetSpec
 from budgeteer.spec.errors import spec_errors
 from budgeteer.spec.files import read_document
-from budgeteer.spec.job import parse_duration
+from budgeteer.spec.job import MAX_REFERENCE_HOURS, parse_duration
 from budgeteer.spec.paths import FilePath
 from budgeteer.spec.pool import PoolSpec
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: Arrivals a day of one generator, at the most (a quarter of it is 90,000 jobs).
+MAX_PER_DAY = 1000.0
+PerDay = Annotated[float, Field(gt=0, le=MAX_PER_DAY, allow_inf_nan=False)]
+#: A run's size, as a job spec's ``work.reference_hours`` may be.
+Hours = Annotated[float, Field(gt=0, le=MAX_REFERENCE_HOURS, allow_inf_nan=False)]
 Probability = Annotated[float, Field(ge=0, le=1)]
 Priority = Literal["P0", "P1", "P2", "P3"]
 
@@ -105,8 +110,8 @@ class TeamSpec(_Strict):
 class JobShape(_Strict):
     """What one run needs."""
 
-    reference_hours: Positive
-    incremental_reference_hours: Positive | None = None
+    reference_hours: Hours
+    incremental_reference_hours: Hours | None = None
     accelerators: list[str] = Field(default_factory=list)
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     spot: bool = True
@@ -139,7 +144,7 @@ class DriftSpec(JobShape):
 
     model: Name
     team: Name
-    per_day: Positive
+    per_day: PerDay
     severity: Severity = Field(default_factory=Severity)
     from_day: Annotated[float, Field(ge=0)] = 0.0
     to_day: Positive | None = None
@@ -149,9 +154,9 @@ class Experiments(_Strict):
     """Ad-hoc P3 experiments of a team: Poisson arrivals, size uniform in [min, max]."""
 
     team: Name
-    per_day: Positive
-    min_reference_hours: Positive = 1.0
-    max_reference_hours: Positive = 20.0
+    per_day: PerDay
+    min_reference_hours: Hours = 1.0
+    max_reference_hours: Hours = 20.0
     accelerators: list[str] = Field(default_factory=list)
     sla: str = "7d"
 
@@ -170,7 +175,7 @@ class PipelineSpec(_Strict):
     cron: str
     priority: Priority = "P2"
     sla: str = "24h"
-    steps: dict[Step, Positive] = Field(default_factory=lambda: dict(DEFAULT_STEPS))
+    steps: dict[Step, Hours] = Field(default_factory=lambda: dict(DEFAULT_STEPS))
     gate_failure_probability: Probability = 0.1
     accelerators: list[str] = Field(default_factory=list)
 
