@@ -15,13 +15,14 @@ from budgeteer.bench.cycle import generate_snapshot
 EXAMPLES = Path(__file__).parents[1] / "src" / "budgeteer" / "examples"
 
 
-def budgeteer(*args: str) -> subprocess.CompletedProcess[str]:
+def budgeteer(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "budgeteer", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        cwd=cwd,
     )
 
 

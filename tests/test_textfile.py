@@ -21,20 +21,10 @@ from budgeteer.errors import CatalogError, SpecError
 from budgeteer.spec.files import read_document
 from budgeteer.textfile import TextFileProblem, read_text
 from budgeteer.traces import TraceError, load_trace
+from test_cli import budgeteer
 
 ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "src" / "budgeteer" / "examples"
-
-
-def budgeteer(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "budgeteer", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
 
 
 def test_read_text_names_what_is_wrong(tmp_path: Path) -> None:
