@@ -409,21 +409,20 @@ def build(config: ServiceConfig, root: Path) -> Service:
             for i, p in enumerate(config.onprem)
         )
         catalog = dataclasses.replace(catalog, offerings=catalog.offerings + pools)
-    return Service(config, SqlStore(url), catalog, _clock(config, root), budgets, root)
+    return Service(config, SqlStore(url), catalog, _clock(config, workdir), budgets, root)
 
 
 def _why(exc: Exception) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
-def _clock(config: ServiceConfig, root: Path) -> SystemClock:
-    """The service clock; a scaled one keeps its anchor in the work folder so that every
-    process of this service (and every restart) shares one timeline."""
+def _clock(config: ServiceConfig, workdir: Path) -> SystemClock:
+    """The service clock; a scaled one keeps its anchor in the work folder (``workdir``,
+    resolved) so that every process of this service (and every restart) shares one
+    timeline."""
     scale = config.backend.time_scale if isinstance(config.backend, SandboxConfig) else 1.0
     if scale == 1.0:
         return SystemClock()
-    workdir = config.backend.workdir
-    workdir = workdir if workdir.is_absolute() else root / workdir
     workdir.mkdir(parents=True, exist_ok=True)
     anchor_file = workdir / "clock-anchor"
     if not anchor_file.exists():
